@@ -1,0 +1,62 @@
+"""Errors raised by vnpu-core; every service translates these at its boundary.
+
+Each error carries the data a caller needs (which field, which value), not only text::
+
+    VnpuError
+    ├── ConfigError        a device-config file is invalid (path inside the file, value)
+    ├── ProtocolError      a wire annotation cannot be decoded (key, bad fragment)
+    ├── RequestError       a pod asks for something malformed or impossible (container, resource, value)
+    └── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
+
+None of them is worth retrying: the input has to change first.
+"""
+
+from __future__ import annotations
+
+
+class VnpuError(Exception):
+    """Base of every error raised by vnpu-core."""
+
+
+class ConfigError(VnpuError):
+    """A device-config document is invalid at ``path`` (e.g. ``vnpus.configs[2].templates[0].memory``)."""
+
+    def __init__(self, path: str, value: object, problem: str, *, source: str = "") -> None:
+        self.path = path
+        self.value = value
+        self.problem = problem
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{path}: {problem} (got {value!r})")
+
+
+class ProtocolError(VnpuError):
+    """An annotation value does not follow the wire grammar; ``fragment`` is the offending part."""
+
+    def __init__(self, key: str, fragment: str, problem: str) -> None:
+        self.key = key
+        self.fragment = fragment
+        self.problem = problem
+        super().__init__(f"annotation {key}: {problem} (at {fragment!r})")
+
+
+class RequestError(VnpuError):
+    """A container's NPU request is malformed or can never be satisfied by any chip of its model."""
+
+    def __init__(self, container: str, resource: str, value: object, problem: str) -> None:
+        self.container = container
+        self.resource = resource
+        self.value = value
+        self.problem = problem
+        super().__init__(f"container {container!r}: {resource}={value}: {problem}")
+
+
+class InputFileError(VnpuError):
+    """A planner input file is invalid at ``path``."""
+
+    def __init__(self, file: str, path: str, value: object, problem: str) -> None:
+        self.file = file
+        self.path = path
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{file}: {path}: {problem} (got {value!r})")
