@@ -40,7 +40,7 @@ demo: install
 	$(BIN)/vnpu plan --cluster examples/cluster.yaml --workload examples/workload.yaml
 
 bench: install
-	$(BIN)/python -m benchmarks
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 proto: install
 	$(BIN)/python -m pip install --quiet 'grpcio-tools>=1.66' 'mypy-protobuf>=3.6'
