@@ -1,0 +1,1 @@
+"""Kubernetes device plugin API; one subpackage per API version (only ``v1beta1`` exists)."""
