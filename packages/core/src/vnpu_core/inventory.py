@@ -1,0 +1,163 @@
+"""A node's chips and what is in use on each: the allocator's input.
+
+``Node`` describes the hardware as registered (chips, health, server topology, soft-mode
+support); ``ChipUsage`` is what the pods bound to the node hold on one chip, built by
+``vnpu_core.ledger`` from pod annotations. Both are immutable; the allocator adds usage
+by building new values. The scheduler, the planner and the exporter build these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vnpu_core import catalog, topology
+
+ZERO_MEDIA = (0, 0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Chip:
+    """One physical chip (or A3 die) of a node, as its device plugin registered it."""
+
+    index: int
+    uuid: str
+    model: catalog.ChipModel
+    healthy: bool = True
+    slots: int = 0  # vNPU slots registered (HAMi `count`); 0 means the model's split count
+    memory_mib: int = 0  # registered memory (HAMi `devmem`); 0 means the model's allocatable
+
+    def __post_init__(self) -> None:
+        if self.slots <= 0:
+            object.__setattr__(self, "slots", self.model.split_count)
+        if self.memory_mib <= 0:
+            object.__setattr__(self, "memory_mib", self.model.memory_allocatable_mib)
+
+    @property
+    def vnpu_limit(self) -> int:
+        """Hard vNPUs this chip can hold at once: the registered slots, capped by the hardware."""
+        return min(self.slots, self.model.max_vnpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's registered chips, its server layout and whether it runs soft (hami-core) slices."""
+
+    name: str
+    chips: tuple[Chip, ...]
+    topology: topology.Topology
+    soft: bool = False
+    _by_uuid: dict[str, Chip] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_uuid", {c.uuid: c for c in self.chips})
+
+    def chip(self, uuid: str) -> Chip | None:
+        return self._by_uuid.get(uuid)
+
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({c.model.common_word for c in self.chips}))
+
+
+def build_node(
+    name: str,
+    model: catalog.ChipModel,
+    chips: int,
+    server: topology.ServerKind | None = None,
+    soft: bool = False,
+    uuid_prefix: str = "",
+) -> Node:
+    """A node of ``chips`` healthy chips of one model (for the planner, tests and benchmarks)."""
+    kind = server or topology.default_kind(model, chips)
+    prefix = uuid_prefix or name
+    members = tuple(Chip(i, f"{prefix}-{model.common_word}-{i}", model) for i in range(chips))
+    return Node(name, members, topology.build(kind, chips), soft)
+
+
+@dataclass(frozen=True, slots=True)
+class ChipUsage:
+    """What the pods on a node hold on one chip.
+
+    Hard vNPUs add to ``vnpus``, ``memory_mib``, ``aicore``, ``aicpu`` and ``media``; soft
+    slices add to ``soft_slices``, ``memory_mib`` and ``core_percent``; a whole chip sets
+    ``exclusive``. ``templates`` names the hard vNPUs in use (for metrics and messages).
+    """
+
+    vnpus: int = 0
+    memory_mib: int = 0
+    aicore: int = 0
+    aicpu: int = 0
+    media: tuple[int, ...] = ZERO_MEDIA
+    soft_slices: int = 0
+    core_percent: int = 0
+    exclusive: bool = False
+    templates: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> bool:
+        return not (self.vnpus or self.soft_slices or self.exclusive)
+
+    def plus(self, other: ChipUsage) -> ChipUsage:
+        return ChipUsage(
+            self.vnpus + other.vnpus,
+            self.memory_mib + other.memory_mib,
+            self.aicore + other.aicore,
+            self.aicpu + other.aicpu,
+            tuple(a + b for a, b in zip(self.media, other.media, strict=True)),
+            self.soft_slices + other.soft_slices,
+            self.core_percent + other.core_percent,
+            self.exclusive or other.exclusive,
+            self.templates + other.templates,
+        )
+
+    def peak(self, other: ChipUsage) -> ChipUsage:
+        """Budget by budget, the larger of two usages (init containers never run beside the rest)."""
+        return ChipUsage(
+            max(self.vnpus, other.vnpus),
+            max(self.memory_mib, other.memory_mib),
+            max(self.aicore, other.aicore),
+            max(self.aicpu, other.aicpu),
+            tuple(max(a, b) for a, b in zip(self.media, other.media, strict=True)),
+            max(self.soft_slices, other.soft_slices),
+            max(self.core_percent, other.core_percent),
+            self.exclusive or other.exclusive,
+            tuple(dict.fromkeys(self.templates + other.templates)),
+        )
+
+
+IDLE = ChipUsage()
+
+
+def template_usage(template: catalog.Template) -> ChipUsage:
+    media = template.media.as_tuple() if template.media else ZERO_MEDIA
+    return ChipUsage(
+        1, template.memory_mib, template.aicore, template.aicpu, media, templates=(template.name,)
+    )
+
+
+def whole_chip_usage(chip: Chip) -> ChipUsage:
+    return ChipUsage(memory_mib=chip.memory_mib, exclusive=True)
+
+
+def soft_usage(memory_mib: int, core_percent: int, exclusive: bool) -> ChipUsage:
+    return ChipUsage(
+        memory_mib=memory_mib, soft_slices=1, core_percent=core_percent, exclusive=exclusive
+    )
+
+
+def load_ratio(chip: Chip, usage: ChipUsage) -> float:
+    """How full a chip is, 0-1: its most used budget."""
+    if usage.exclusive:
+        return 1.0
+    model = chip.model
+    if usage.soft_slices:
+        return max(
+            usage.memory_mib / chip.memory_mib,
+            usage.core_percent / 100,
+            usage.soft_slices / chip.slots,
+        )
+    return max(
+        usage.vnpus / chip.vnpu_limit,
+        usage.memory_mib / model.memory_capacity_mib,
+        usage.aicore / model.aicore,
+        usage.aicpu / model.aicpu,
+    )

@@ -1,0 +1,183 @@
+"""Per-chip usage of a node, rebuilt from the pods bound to it.
+
+The durable record of who holds what is on the pods themselves, as HAMi and Volcano keep
+it: ``hami.io/<CW>-devices-allocated`` (which chip, how much memory and cores per
+container) plus the template names in ``huawei.com/<CW>``. Pods count from the moment
+they are bound until they are gone: terminating pods still count, succeeded and failed
+pods do not. Init containers count with peak semantics until they have all finished.
+The scheduler's cache, the planner and the exporter call ``node_usage``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnpu_core import catalog, errors, inventory, protocol
+from vnpu_core.inventory import ChipUsage
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+_TEMPLATE_NAME = re.compile(r"^vir(\d+)(?:_(\d+)c)?(?:_(\d+)g)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A pod whose annotations could not be read; its chips' usage is unknown."""
+
+    pod: str  # namespace/name
+    error: errors.ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Usage by chip UUID, and the pods whose usage could not be read."""
+
+    usage: dict[str, ChipUsage]
+    problems: tuple[Problem, ...] = ()
+
+
+def holds_devices(pod: Mapping[str, Any], node: str | None = None) -> bool:
+    """True while a pod bound to ``node`` (any node when None) still holds what it was given."""
+    spec = pod.get("spec") or {}
+    bound = spec.get("nodeName")
+    if not bound or (node is not None and bound != node):
+        return False
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+
+
+def template_from_name(model: catalog.ChipModel, name: str) -> catalog.Template:
+    """The catalog's template, or one read from the name's grammar (``vir<cores>[_<cpus>c][_<GB>g]``)."""
+    known = model.template(name)
+    if known is not None:
+        return known
+    match = _TEMPLATE_NAME.match(name)
+    if match is None:
+        # An unknown name: assume the worst case, a whole chip's worth.
+        return catalog.Template(name, model.memory_capacity_mib, model.aicore, model.aicpu)
+    cores = int(match.group(1))
+    cpus = int(match.group(2)) if match.group(2) else 1
+    memory = (
+        int(match.group(3)) * 1024
+        if match.group(3)
+        else model.memory_capacity_mib * cores // model.aicore
+    )
+    return catalog.Template(name, memory, cores, cpus)
+
+
+def entry_usage(
+    model: catalog.ChipModel, entry: protocol.DeviceEntry, template: str | None, soft: bool
+) -> ChipUsage:
+    """What one device entry holds on its chip."""
+    allocatable = model.memory_allocatable_mib
+    if soft:
+        exclusive = entry.cores >= 100 or entry.memory_mib >= allocatable
+        return inventory.soft_usage(entry.memory_mib, entry.cores, exclusive)
+    if template:
+        return inventory.template_usage(template_from_name(model, template))
+    if entry.memory_mib == 0 or entry.memory_mib >= allocatable:
+        return ChipUsage(memory_mib=max(entry.memory_mib, allocatable), exclusive=True)
+    # No template recorded (an older writer): the template the memory rounds to.
+    for candidate in model.templates:
+        if candidate.memory_mib >= entry.memory_mib:
+            return inventory.template_usage(candidate)
+    return ChipUsage(memory_mib=allocatable, exclusive=True)
+
+
+def _init_done(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    plain = [
+        c.get("name")
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") != "Always"
+    ]
+    if not plain:
+        return True
+    statuses = {
+        s.get("name"): s for s in (pod.get("status") or {}).get("initContainerStatuses") or []
+    }
+    for name in plain:
+        terminated = ((statuses.get(name) or {}).get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode") != 0:
+            return False
+    return True
+
+
+def _init_flags(pod: Mapping[str, Any]) -> list[bool]:
+    """For each container in annotation order: does it run alone before the others?"""
+    spec = pod.get("spec") or {}
+    flags = [c.get("restartPolicy") != "Always" for c in spec.get("initContainers") or []]
+    return flags + [False] * len(spec.get("containers") or [])
+
+
+def pod_usage(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, ChipUsage]:
+    """What one pod holds, by chip UUID. Raises ProtocolError on a malformed annotation."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    soft = annotations.get(protocol.VNPU_MODE_KEY) == protocol.SOFT_MODE_VALUE
+    flags = _init_flags(pod)
+    init_done = _init_done(pod)
+    regular: dict[str, ChipUsage] = {}
+    alone: list[dict[str, ChipUsage]] = []
+    for model in models:
+        key = protocol.allocated_key(model.common_word)
+        raw = annotations.get(key)
+        if not raw:
+            continue
+        containers = protocol.decode_devices(key, raw)
+        templates = _templates(annotations, model)
+        position = 0
+        for number, devices in enumerate(containers):
+            runs_alone = flags[number] if number < len(flags) else False
+            target: dict[str, ChipUsage] = {}
+            for entry in devices:
+                template = _template_for(templates, position, entry.uuid)
+                position += 1
+                held = entry_usage(model, entry, template, soft)
+                target[entry.uuid] = target.get(entry.uuid, inventory.IDLE).plus(held)
+            if runs_alone:
+                if not init_done:
+                    alone.append(target)
+            else:
+                for uuid, held in target.items():
+                    regular[uuid] = regular.get(uuid, inventory.IDLE).plus(held)
+    for init_usage in alone:
+        for uuid, held in init_usage.items():
+            regular[uuid] = regular.get(uuid, inventory.IDLE).peak(held)
+    return regular
+
+
+def _templates(
+    annotations: Mapping[str, str], model: catalog.ChipModel
+) -> tuple[protocol.RuntimeInfo, ...]:
+    key = protocol.runtime_key(model.common_word)
+    raw = annotations.get(key)
+    return protocol.decode_runtime(key, raw) if raw else ()
+
+
+def _template_for(infos: tuple[protocol.RuntimeInfo, ...], position: int, uuid: str) -> str | None:
+    """Runtime info lists one element per device in the same order; fall back to the UUID."""
+    if position < len(infos) and infos[position].uuid == uuid:
+        return infos[position].template
+    for info in infos:
+        if info.uuid == uuid:
+            return info.template
+    return None
+
+
+def node_usage(pods: Iterable[Mapping[str, Any]], node: str, models: catalog.Catalog) -> Ledger:
+    """Usage of every chip of ``node`` from the pods bound to it; unreadable pods are listed."""
+    usage: dict[str, ChipUsage] = {}
+    problems: list[Problem] = []
+    for pod in pods:
+        if not holds_devices(pod, node):
+            continue
+        try:
+            held = pod_usage(pod, models)
+        except errors.ProtocolError as exc:
+            meta = pod.get("metadata") or {}
+            problems.append(Problem(f"{meta.get('namespace', '')}/{meta.get('name', '')}", exc))
+            continue
+        for uuid, chip_usage in held.items():
+            usage[uuid] = usage.get(uuid, inventory.IDLE).plus(chip_usage)
+    return Ledger(usage, tuple(problems))

@@ -1,0 +1,269 @@
+"""What a pod asks for: NPU requests read from a pod object and rounded to what will be created.
+
+Reads a pod as the Kubernetes API returns it (a dict): per container the count
+``huawei.com/<CW>``, memory ``huawei.com/<CW>-memory`` (MiB, a plain integer as HAMi and
+Volcano read it) and soft-mode core percent ``-core``; and the pod annotations for soft
+mode, UUID allow/deny lists and policies. Memory is rounded here, once, the same way the
+webhook, the filter and the bind do it. Called by the allocator's callers: the scheduler,
+the webhook and the planner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from vnpu_core import catalog, errors, protocol
+
+_PLAIN_INT = re.compile(r"^\+?[0-9]+$")
+_MAX_QUANTITY = 2**31 - 1
+
+
+class Policy(StrEnum):
+    """How chips (inside a node) and nodes are chosen."""
+
+    DEFAULT = "best-fit"  # pack into used chips, keep whole chips and rings free
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+# HAMi policy words that vnpu always honours in its own way (topology is always respected).
+_IMPLIED_POLICIES = {"topology-aware", "numa", "mutex"}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """One container's request for chips of one model, after rounding.
+
+    Exactly one of three shapes: ``whole`` chips (``count`` of them), one hard vNPU from
+    ``templates`` (equal memory, preference order: the first that fits a chip is used),
+    or ``soft`` slices of ``memory_mib`` and ``core_percent`` on ``count`` chips.
+    """
+
+    container: str
+    init: bool
+    model: catalog.ChipModel
+    count: int
+    memory_mib: int  # rounded: template memory, chip allocatable (whole) or soft quota
+    core_percent: int = 0
+    whole: bool = False
+    soft: bool = False
+    templates: tuple[catalog.Template, ...] = ()
+
+    @property
+    def shape(self) -> str:
+        if self.soft:
+            return f"{self.count}x soft slice of {self.memory_mib} MiB/{self.core_percent}%"
+        if self.whole:
+            return f"{self.count} whole chip{'s' if self.count > 1 else ''}"
+        return self.templates[0].name
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """All NPU requests of a pod plus the pod-level settings that steer placement."""
+
+    namespace: str
+    name: str
+    containers: tuple[tuple[str, bool], ...]  # every container (name, is_init), annotation order
+    requests: tuple[ContainerRequest, ...]
+    soft: bool = False
+    use_uuids: Mapping[str, frozenset[str]] | None = None
+    no_use_uuids: Mapping[str, frozenset[str]] | None = None
+    chip_policy: Policy | None = None
+    node_policy: Policy | None = None
+
+    @property
+    def wants_npu(self) -> bool:
+        return bool(self.requests)
+
+    def models(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.model.common_word for r in self.requests))
+
+
+def parse_quantity(container: str, resource: str, value: object) -> int:
+    """A resource value as a plain non-negative integer, refusing unit suffixes and fractions."""
+    if isinstance(value, bool):
+        raise errors.RequestError(container, resource, value, "must be a plain integer")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and _PLAIN_INT.match(value.strip()):
+        number = int(value.strip())
+    else:
+        hint = (
+            "write MiB as a plain integer, e.g. 4096"
+            if resource.endswith("-memory")
+            else "must be a plain integer"
+        )
+        raise errors.RequestError(container, resource, value, hint)
+    if number < 0 or number > _MAX_QUANTITY:
+        raise errors.RequestError(
+            container, resource, value, f"must be between 0 and {_MAX_QUANTITY}"
+        )
+    return number
+
+
+def _resource(spec: Mapping[str, Any], name: str) -> object | None:
+    resources = spec.get("resources") or {}
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if name in values:
+            return values[name]  # type: ignore[no-any-return]
+    return None
+
+
+def _uuid_lists(
+    annotations: Mapping[str, str], key_for: Any, models: list[str]
+) -> dict[str, frozenset[str]]:
+    lists: dict[str, frozenset[str]] = {}
+    for word in models:
+        raw = annotations.get(key_for(word))
+        if raw is not None:
+            lists[word] = frozenset(u.strip() for u in raw.split(",") if u.strip())
+    return lists
+
+
+def _policy(annotations: Mapping[str, str], key: str) -> Policy | None:
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    words = [w.strip() for w in raw.split(",") if w.strip()]
+    for word in words:
+        if word in (Policy.BINPACK, Policy.SPREAD, Policy.DEFAULT):
+            return Policy(word)
+        if word not in _IMPLIED_POLICIES:
+            allowed = "binpack, spread, best-fit"
+            raise errors.RequestError(
+                "(pod)", key, raw, f"unknown policy {word!r}; use one of {allowed}"
+            )
+    return None
+
+
+def round_container(
+    model: catalog.ChipModel,
+    container: str,
+    init: bool,
+    count: int,
+    memory: int | None,
+    core: int,
+    soft: bool,
+) -> ContainerRequest:
+    """Round one container's request to whole chips, a template, or a soft slice."""
+    memory_name = model.memory_resource
+    if memory is not None:
+        memory *= model.memory_factor
+        if memory == 0:
+            raise errors.RequestError(
+                container, memory_name, 0, "must be positive (leave it out for a whole chip)"
+            )
+        if memory > model.memory_capacity_mib:
+            size = model.memory_capacity_mib
+            raise errors.RequestError(
+                container,
+                memory_name,
+                memory,
+                f"is larger than one {model.common_word} chip ({size} MiB)",
+            )
+    if soft:
+        if core > 100:
+            raise errors.RequestError(
+                container, model.core_resource, core, "is a percentage: 0 to 100"
+            )
+        quota = (
+            model.memory_allocatable_mib
+            if memory is None
+            else min(memory, model.memory_allocatable_mib)
+        )
+        return ContainerRequest(container, init, model, count, quota, core, soft=True)
+    if core:
+        raise errors.RequestError(
+            container,
+            model.core_resource,
+            core,
+            f"needs the pod annotation {protocol.VNPU_MODE_KEY}: {protocol.SOFT_MODE_VALUE}",
+        )
+    fitting = [t for t in model.templates if memory is not None and t.memory_mib >= memory]
+    if memory is None or not fitting:
+        return ContainerRequest(
+            container, init, model, count, model.memory_allocatable_mib, whole=True
+        )
+    if count > 1:
+        whole = model.memory_allocatable_mib
+        raise errors.RequestError(
+            container,
+            memory_name,
+            memory,
+            f"vNPU templates are single-chip: a request for {count} chips takes whole chips "
+            f"(leave the memory out or set it to {whole})",
+        )
+    smallest = fitting[0].memory_mib
+    candidates = tuple(t for t in fitting if t.memory_mib == smallest)
+    return ContainerRequest(container, init, model, 1, smallest, templates=candidates)
+
+
+def _container_requests(
+    spec: Mapping[str, Any], init: bool, models: catalog.Catalog, soft: bool
+) -> list[ContainerRequest]:
+    name = str(spec.get("name", ""))
+    found: list[ContainerRequest] = []
+    for model in models:
+        raw_count = _resource(spec, model.resource_name)
+        raw_memory = _resource(spec, model.memory_resource)
+        raw_core = _resource(spec, model.core_resource)
+        if raw_count is None:
+            if raw_memory is not None or raw_core is not None:
+                present = model.memory_resource if raw_memory is not None else model.core_resource
+                raise errors.RequestError(
+                    name, present, raw_memory if raw_memory is not None else raw_core,
+                    f"comes without a chip count: add {model.resource_name}: 1",
+                )  # fmt: skip
+            continue
+        count = parse_quantity(name, model.resource_name, raw_count)
+        if count == 0:
+            continue
+        memory = (
+            None if raw_memory is None else parse_quantity(name, model.memory_resource, raw_memory)
+        )
+        core = 0 if raw_core is None else parse_quantity(name, model.core_resource, raw_core)
+        found.append(round_container(model, name, init, count, memory, core, soft))
+    return found
+
+
+def _is_sidecar(spec: Mapping[str, Any]) -> bool:
+    return spec.get("restartPolicy") == "Always"
+
+
+def from_pod(pod: Mapping[str, Any], models: catalog.Catalog) -> PodRequest:
+    """Parse a pod dict. Raises RequestError naming the container, resource and value."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations: Mapping[str, str] = metadata.get("annotations") or {}
+    mode = annotations.get(protocol.VNPU_MODE_KEY)
+    if mode not in (None, "", protocol.SOFT_MODE_VALUE):
+        raise errors.RequestError(
+            "(pod)", protocol.VNPU_MODE_KEY, mode, f"the only mode is {protocol.SOFT_MODE_VALUE}"
+        )
+    soft = mode == protocol.SOFT_MODE_VALUE
+    containers: list[tuple[str, bool]] = []
+    requests: list[ContainerRequest] = []
+    for init, key in ((True, "initContainers"), (False, "containers")):
+        for item in spec.get(key) or []:
+            containers.append((str(item.get("name", "")), init))
+            # A sidecar (restartable init container) runs beside the app: count it as regular.
+            runs_alone = init and not _is_sidecar(item)
+            requests.extend(_container_requests(item, runs_alone, models, soft))
+    words = list(dict.fromkeys(r.model.common_word for r in requests))
+    return PodRequest(
+        namespace=str(metadata.get("namespace", "default")),
+        name=str(metadata.get("name", "")),
+        containers=tuple(containers),
+        requests=tuple(requests),
+        soft=soft,
+        use_uuids=_uuid_lists(annotations, protocol.use_uuid_key, words),
+        no_use_uuids=_uuid_lists(annotations, protocol.no_use_uuid_key, words),
+        chip_policy=_policy(annotations, protocol.DEVICE_POLICY_KEY),
+        node_policy=_policy(annotations, protocol.NODE_POLICY_KEY),
+    )
