@@ -1,0 +1,330 @@
+from typing import Any
+
+import pytest
+
+from vnpu_core import allocator, binding, catalog, inventory, ledger, requests
+from vnpu_core.budgets import Reason
+from vnpu_core.requests import Policy
+from vnpu_core.topology import ServerKind
+
+
+def model(word: str) -> catalog.ChipModel:
+    found = catalog.BUILTIN.by_common_word(word)
+    assert found is not None
+    return found
+
+
+def node(
+    word: str, chips: int, server: ServerKind | None = None, soft: bool = False
+) -> inventory.Node:
+    return inventory.build_node("n1", model(word), chips, server, soft)
+
+
+def pod_dict(
+    word: str, count: int = 1, memory: int | None = None, name: str = "p", **annotations: str
+) -> dict[str, Any]:
+    limits: dict[str, object] = {f"huawei.com/{word}": count}
+    if memory is not None:
+        limits[f"huawei.com/{word}-memory"] = memory
+    return {
+        "metadata": {"name": name, "namespace": "ns", "annotations": dict(annotations)},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+    }
+
+
+class Cluster:
+    """One node and the pods bound to it, kept the way the scheduler keeps them: as annotated pods."""
+
+    def __init__(self, n: inventory.Node) -> None:
+        self.node = n
+        self.pods: list[dict[str, Any]] = []
+
+    def usage(self) -> dict[str, inventory.ChipUsage]:
+        result = ledger.node_usage(self.pods, self.node.name, catalog.BUILTIN)
+        assert not result.problems
+        return result.usage
+
+    def place(
+        self, pod: dict[str, Any], policy: Policy = Policy.DEFAULT
+    ) -> allocator.Assignment | allocator.Rejection:
+        outcome = allocator.fit(
+            self.node, self.usage(), requests.from_pod(pod, catalog.BUILTIN), policy
+        )
+        if isinstance(outcome, allocator.Assignment):
+            pod["metadata"]["annotations"].update(binding.bind_annotations(outcome, 1_700_000_000))
+            pod["spec"]["nodeName"] = self.node.name
+            self.pods.append(pod)
+        return outcome
+
+
+def grants(outcome: allocator.Assignment | allocator.Rejection) -> list[tuple[int, str | None]]:
+    assert isinstance(outcome, allocator.Assignment), outcome
+    return [(g.chip, g.template) for c in outcome.containers for g in c.grants]
+
+
+def rejection(outcome: allocator.Assignment | allocator.Rejection) -> allocator.Rejection:
+    assert isinstance(outcome, allocator.Rejection), outcome
+    return outcome
+
+
+def test_ai_cpu_is_a_budget_the_peers_do_not_check() -> None:
+    # 910B2: 24 AI cores, 6 AI CPUs, 64 GiB. Eight vir03_1c_8g fit memory and cores, but only
+    # six AI CPUs exist; HAMi and Volcano would schedule the seventh and it would fail at start.
+    cluster = Cluster(node("Ascend910B2", 1, ServerKind.PCIE))
+    for i in range(6):
+        assert grants(cluster.place(pod_dict("Ascend910B2", memory=8192, name=f"p{i}"))) == [
+            (0, "vir03_1c_8g")
+        ]
+    refused = rejection(cluster.place(pod_dict("Ascend910B2", memory=8192, name="p6")))
+    assert refused.reason is Reason.AICPU
+    assert (
+        refused.message
+        == "Ascend910B2: no chip with an AI CPU free for vir03_1c_8g (asked 1, best chip 0 has 0 of 6)"
+    )
+    assert not refused.unresolvable
+
+
+def test_310p_downgrades_to_the_3_cpu_variant_when_only_that_fits() -> None:
+    cluster = Cluster(node("Ascend310P", 1, ServerKind.PCIE))
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=10000, name="a"))) == [(0, "vir04")]
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=10000, name="b"))) == [
+        (0, "vir04_3c")
+    ]
+    refused = rejection(cluster.place(pod_dict("Ascend310P", memory=2000, name="c")))
+    assert refused.reason is Reason.MEMORY
+    assert "best chip 0 has 0 of 24576 MiB" in refused.message
+
+
+def test_310p_media_engines_are_counted() -> None:
+    cluster = Cluster(node("Ascend310P", 1, ServerKind.PCIE))
+    # Three vir02 take 3 of the 3 video encoders; a fourth 2-core slice must be the encoder-less vir02_1c.
+    for i in range(3):
+        assert grants(cluster.place(pod_dict("Ascend310P", memory=6000, name=f"v{i}"))) == [
+            (0, "vir02")
+        ]
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=6000, name="v3"))) == [
+        (0, "vir02_1c")
+    ]
+
+
+def test_exact_model_match_is_unresolvable() -> None:
+    cluster = Cluster(node("Ascend910B4-1", 8))
+    refused = rejection(cluster.place(pod_dict("Ascend910B4", memory=8192)))
+    assert refused.reason is Reason.NO_DEVICE
+    assert refused.unresolvable
+    assert refused.message == "Ascend910B4: node has no Ascend910B4 chip (it has: Ascend910B4-1)"
+
+
+def test_unhealthy_chips_are_skipped_and_all_unhealthy_is_unresolvable() -> None:
+    base = node("Ascend910B3", 2, ServerKind.PCIE)
+    sick = inventory.Node(
+        "n1",
+        (base.chips[0].__class__(0, "u0", model("Ascend910B3"), healthy=False), base.chips[1]),
+        base.topology,
+    )
+    cluster = Cluster(sick)
+    assert grants(cluster.place(pod_dict("Ascend910B3"))) == [(1, None)]
+    all_sick = inventory.Node(
+        "n1",
+        tuple(inventory.Chip(c.index, c.uuid, c.model, healthy=False) for c in base.chips),
+        base.topology,
+    )
+    refused = rejection(Cluster(all_sick).place(pod_dict("Ascend910B3")))
+    assert refused.reason is Reason.UNHEALTHY
+    assert refused.unresolvable
+
+
+def test_uuid_allow_and_deny_lists() -> None:
+    n = node("Ascend310P", 4)
+    cluster = Cluster(n)
+    allow = {"hami.io/use-Ascend310P-uuid": n.chips[2].uuid}
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=3000, name="a", **allow))) == [
+        (2, "vir01")
+    ]
+    deny = {"hami.io/no-use-Ascend310P-uuid": ",".join(c.uuid for c in n.chips)}
+    refused = rejection(cluster.place(pod_dict("Ascend310P", memory=3000, name="b", **deny)))
+    assert refused.reason is Reason.UUID_FILTER
+
+
+def test_soft_and_hard_mode_gates() -> None:
+    soft_pod = pod_dict("Ascend310P", memory=4096, **{"huawei.com/vnpu-mode": "hami-core"})
+    assert rejection(Cluster(node("Ascend310P", 2)).place(soft_pod)).reason is Reason.MODE_MISMATCH
+    soft_node = Cluster(node("Ascend310P", 2, soft=True))
+    assert (
+        rejection(soft_node.place(pod_dict("Ascend310P", memory=3000, name="hard"))).reason
+        is Reason.MODE_MISMATCH
+    )
+    assert grants(soft_node.place(pod_dict("Ascend310P", name="whole"))) == [(0, None)]
+    placed = soft_node.place(
+        pod_dict("Ascend310P", memory=4096, name="s", **{"huawei.com/vnpu-mode": "hami-core"})
+    )
+    assert isinstance(placed, allocator.Assignment)
+    (grant,) = placed.containers[0].grants
+    assert (grant.chip, grant.memory_mib, grant.soft) == (1, 4096, True)
+
+
+def test_soft_core_percent_budget() -> None:
+    cluster = Cluster(node("Ascend310P", 1, ServerKind.PCIE, soft=True))
+    soft = {"huawei.com/vnpu-mode": "hami-core"}
+    for i, share in enumerate((60, 40)):
+        p = pod_dict("Ascend310P", memory=2048, name=f"s{i}", **soft)
+        p["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-core"] = share
+        assert isinstance(cluster.place(p), allocator.Assignment)
+    extra = pod_dict("Ascend310P", memory=1024, name="s2", **soft)
+    refused = rejection(cluster.place(extra))
+    assert refused.reason is Reason.CORE_PERCENT
+    assert "best chip 0 has 0% of 100%" in refused.message
+
+
+def test_910a_rings_and_counts() -> None:
+    cluster = Cluster(node("Ascend910A", 8))
+    assert [c for c, _ in grants(cluster.place(pod_dict("Ascend910A", count=1, name="a")))] == [0]
+    # Two chips go to a ring with exactly 2 free, else a whole ring, never the ring with 3 left.
+    assert [c for c, _ in grants(cluster.place(pod_dict("Ascend910A", count=2, name="b")))] == [
+        4,
+        5,
+    ]
+    refused = rejection(cluster.place(pod_dict("Ascend910A", count=4, name="c")))
+    assert refused.reason is Reason.TOPOLOGY
+    assert (
+        refused.message
+        == "Ascend910A: 4 chips must sit in one HCCS ring of 4 (best ring has 3 free)"
+    )
+    assert [c for c, _ in grants(cluster.place(pod_dict("Ascend910A", count=2, name="e")))] == [
+        6,
+        7,
+    ]
+    three = rejection(cluster.place(pod_dict("Ascend910A", count=3, name="d")))
+    assert three.reason is Reason.COUNT_NOT_ALLOWED
+    assert three.unresolvable
+    too_many = rejection(Cluster(node("Ascend910A", 4)).place(pod_dict("Ascend910A", count=8)))
+    assert too_many.reason is Reason.TOO_MANY_CHIPS
+
+
+def test_default_policy_keeps_whole_chips_free_spread_does_not() -> None:
+    small = [pod_dict("Ascend310P", memory=3000, name=f"s{i}") for i in range(2)]
+    for policy, expect_whole in ((Policy.DEFAULT, True), (Policy.SPREAD, False)):
+        cluster = Cluster(node("Ascend310P", 2, ServerKind.PCIE))
+        for p in small:
+            assert isinstance(
+                cluster.place(dict(p, metadata=dict(p["metadata"], annotations={})), policy),
+                allocator.Assignment,
+            )
+        whole = cluster.place(pod_dict("Ascend310P", name="w"), policy)
+        assert isinstance(whole, allocator.Assignment) is expect_whole, policy
+
+
+def test_binpack_and_spread_pick_chips_deterministically() -> None:
+    for policy, second_chip in ((Policy.BINPACK, 0), (Policy.SPREAD, 1)):
+        cluster = Cluster(node("Ascend310P", 2, ServerKind.PCIE))
+        assert grants(cluster.place(pod_dict("Ascend310P", memory=3000, name="a"), policy)) == [
+            (0, "vir01")
+        ]
+        assert grants(cluster.place(pod_dict("Ascend310P", memory=3000, name="b"), policy)) == [
+            (second_chip, "vir01")
+        ]
+
+
+def test_pod_annotation_overrides_chip_policy() -> None:
+    cluster = Cluster(node("Ascend310P", 2, ServerKind.PCIE))
+    cluster.place(pod_dict("Ascend310P", memory=3000, name="a"))
+    spread = {"hami.io/gpu-scheduler-policy": "spread"}
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=3000, name="b", **spread))) == [
+        (1, "vir01")
+    ]
+
+
+def test_scores_follow_the_node_policy() -> None:
+    empty = Cluster(node("Ascend310P", 2, ServerKind.PCIE))
+    busy = Cluster(node("Ascend310P", 2, ServerKind.PCIE))
+    busy.place(pod_dict("Ascend310P", memory=12000, name="x"))
+    probe = requests.from_pod(pod_dict("Ascend310P", memory=3000, name="probe"), catalog.BUILTIN)
+    scores = {}
+    for policy in Policy:
+        for label, cluster in (("empty", empty), ("busy", busy)):
+            outcome = allocator.fit(cluster.node, cluster.usage(), probe, policy)
+            assert isinstance(outcome, allocator.Assignment)
+            assert 0 <= outcome.score <= 10
+            scores[policy, label] = outcome.score
+    assert scores[Policy.BINPACK, "busy"] > scores[Policy.BINPACK, "empty"]
+    assert scores[Policy.DEFAULT, "busy"] > scores[Policy.DEFAULT, "empty"]
+    assert scores[Policy.SPREAD, "busy"] < scores[Policy.SPREAD, "empty"]
+
+
+def test_init_containers_use_peak_not_sum() -> None:
+    # One 310P chip: an init container takes the whole chip, then the app takes a vir04.
+    # Summed that is more than the chip; at peak it is the whole chip.
+    p = pod_dict("Ascend310P", memory=10000, name="peak")
+    p["spec"]["initContainers"] = [
+        {"name": "warmup", "resources": {"limits": {"huawei.com/Ascend310P": 1}}}
+    ]
+    cluster = Cluster(node("Ascend310P", 1, ServerKind.PCIE))
+    outcome = cluster.place(p)
+    assert isinstance(outcome, allocator.Assignment)
+    assert [(c.container, c.init, [g.template for g in c.grants]) for c in outcome.containers] == [
+        ("warmup", True, [None]),
+        ("main", False, ["vir04"]),
+    ]
+    # The chip is held whole until the init container has finished ...
+    assert cluster.usage()[cluster.node.chips[0].uuid].exclusive
+    assert (
+        rejection(cluster.place(pod_dict("Ascend310P", memory=3000, name="next"))).reason
+        is Reason.CHIP_IN_USE
+    )
+    # ... and then only the app's vNPU counts.
+    p["status"] = {
+        "initContainerStatuses": [{"name": "warmup", "state": {"terminated": {"exitCode": 0}}}]
+    }
+    assert grants(cluster.place(pod_dict("Ascend310P", memory=3000, name="after"))) == [
+        (0, "vir01")
+    ]
+
+
+def test_two_containers_share_a_chip_and_annotations_keep_empty_entries() -> None:
+    p = {
+        "metadata": {"name": "multi", "namespace": "ns", "annotations": {}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "resources": {
+                        "limits": {"huawei.com/Ascend310P": 1, "huawei.com/Ascend310P-memory": 3000}
+                    },
+                },
+                {"name": "log"},
+                {
+                    "name": "b",
+                    "resources": {
+                        "limits": {"huawei.com/Ascend310P": 1, "huawei.com/Ascend310P-memory": 6000}
+                    },
+                },
+            ]
+        },
+    }
+    cluster = Cluster(node("Ascend310P", 2))
+    outcome = cluster.place(p)
+    assert grants(outcome) == [(0, "vir01"), (0, "vir02")]
+    annotations = p["metadata"]["annotations"]
+    uuid = cluster.node.chips[0].uuid
+    expected = f"{uuid},Ascend310P,3072,0:;;{uuid},Ascend310P,6144,0:;"
+    assert annotations["hami.io/Ascend310P-devices-allocated"] == expected
+    assert annotations["hami.io/Ascend310P-devices-to-allocate"] == expected
+    assert annotations["huawei.com/Ascend310P"] == (
+        f'[{{"UUID":"{uuid}","temp":"vir01","memory":3072}},{{"UUID":"{uuid}","temp":"vir02","memory":6144}}]'
+    )
+    assert annotations["hami.io/bind-phase"] == "allocating"
+    assert annotations["hami.io/vgpu-node"] == "n1"
+    used = cluster.usage()[uuid]
+    assert (used.vnpus, used.memory_mib, used.aicore, used.aicpu) == (2, 9216, 3, 3)
+
+
+@pytest.mark.parametrize("word", ["Ascend910B3", "Ascend910A", "Ascend910C", "Ascend310P"])
+def test_whole_chip_requests_need_idle_chips(word: str) -> None:
+    cluster = Cluster(node(word, 2, ServerKind.PCIE))
+    memory = model(word).templates[0].memory_mib
+    assert isinstance(
+        cluster.place(pod_dict(word, memory=memory, name="small")), allocator.Assignment
+    )
+    refused = rejection(cluster.place(pod_dict(word, count=2, name="big")))
+    assert refused.reason is Reason.NO_FREE_CHIP
+    assert refused.message == f"{word}: no 2 free whole chips (asked 2, 1 of 2 chips are free)"
