@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+
 from vnpu_core import errors, protocol
 
 D310 = "D7E96E64-2060C1F1-E8E618E4-AED8030A-94003019"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+
 from vnpu_core import coordination, errors, protocol
 
 KEY = protocol.node_handshake_key("Ascend910B3")

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from vnpu_core import coordination, errors, gojson, protocol
 
 KEY = "hami.io/Ascend910B3-devices-to-allocate"
