@@ -91,6 +91,13 @@ def _token_problem(value: object) -> str | None:
     return None
 
 
+def _decimal(text: str, high: int) -> int | None:
+    """``text`` as ASCII decimal digits in 0..high (no sign, no spaces), or None."""
+    if not _DIGITS.fullmatch(text) or int(text) > high:
+        return None
+    return int(text)
+
+
 def _check(field: str, problem: str | None) -> None:
     if problem is not None:
         raise ValueError(f"{field} {problem}")
@@ -252,14 +259,16 @@ def _decode_device(key: str, text: str) -> DeviceEntry:
         raise errors.ProtocolError(
             key, text, f"a device has 4 comma-separated fields, got {len(fields)}"
         )
-    uuid, kind, memory, cores = fields
-    for name, number in (("memory", memory), ("cores", cores)):
-        if not _DIGITS.fullmatch(number) or int(number) > gojson.INT32_MAX:
-            raise errors.ProtocolError(
-                key, text, f"{name} must be an integer 0..{gojson.INT32_MAX}, got {number!r}"
-            )
+    uuid, kind, memory_text, cores_text = fields
+    memory = _decimal(memory_text, gojson.INT32_MAX)
+    cores = _decimal(cores_text, gojson.INT32_MAX)
+    if memory is None or cores is None:
+        name, bad = ("memory", memory_text) if memory is None else ("cores", cores_text)
+        raise errors.ProtocolError(
+            key, text, f"{name} must be an integer 0..{gojson.INT32_MAX}, got {bad!r}"
+        )
     try:
-        return DeviceEntry(uuid, kind, int(memory), int(cores))
+        return DeviceEntry(uuid, kind, memory, cores)
     except ValueError as exc:
         raise errors.ProtocolError(key, text, str(exc)) from exc
 
@@ -402,9 +411,10 @@ def encode_timestamp(seconds: int) -> str:
 
 def decode_timestamp(key: str, value: str) -> int:
     """Unix seconds from a decimal string (ASCII digits only)."""
-    if not _DIGITS.fullmatch(value) or int(value) > gojson.INT64_MAX:
+    seconds = _decimal(value, gojson.INT64_MAX)
+    if seconds is None:
         raise errors.ProtocolError(key, value, "must be unix seconds as decimal digits")
-    return int(value)
+    return seconds
 
 
 def encode_soft_mode_node(enabled: bool) -> str:
