@@ -230,29 +230,30 @@ def _whole_rejection(
 
 def _policy_key(
     node: inventory.Node,
-    working: dict[int, ChipUsage],
+    busy_groups: set[int],
     chip: inventory.Chip,
-    after: ChipUsage,
+    used: ChipUsage,
+    extra: catalog.Template | None,
     policy: Policy,
 ) -> tuple[float, ...]:
-    before = working[chip.index]
+    """Sort key of a chip that fits (smaller is chosen first)."""
     if policy is Policy.BINPACK:
-        return (-inventory.load_ratio(chip, before), chip.index)
+        return (-inventory.load_ratio(chip, used), chip.index)
     if policy is Policy.SPREAD:
-        return (inventory.load_ratio(chip, before), chip.index)
+        return (inventory.load_ratio(chip, used), chip.index)
     # Best fit: shared chips first, then untouched chips in groups already broken, then whole
-    # groups; inside each, the chip that ends up fullest.
-    if before.idle:
-        group = node.topology.group_of(chip.index)
-        mates = [
-            c
-            for c in node.chips
-            if c.index != chip.index and node.topology.group_of(c.index) == group
-        ]
-        tier = 1 if any(not working[m.index].idle for m in mates) else 2
-    else:
+    # groups; inside each tier, the chip that ends up fullest.
+    if not used.idle:
         tier = 0
-    return (tier, -inventory.load_ratio(chip, after), chip.index)
+    elif node.topology.group_of(chip.index) in busy_groups:
+        tier = 1
+    else:
+        tier = 2
+    return (tier, -inventory.load_ratio(chip, used, extra), chip.index)
+
+
+def _busy_groups(node: inventory.Node, working: dict[int, ChipUsage]) -> set[int]:
+    return {node.topology.group_of(i) for i, used in working.items() if not used.idle}
 
 
 def _place_vnpu(
@@ -263,13 +264,12 @@ def _place_vnpu(
     policy: Policy,
 ) -> list[Grant] | Rejection:
     best: tuple[tuple[float, ...], inventory.Chip, catalog.Template] | None = None
+    busy = _busy_groups(node, working)
     for chip in eligible:
         used = working[chip.index]
         for template in request.templates:
             if budgets.template_short(chip, used, template) is None:
-                key = _policy_key(
-                    node, working, chip, used.plus(inventory.template_usage(template)), policy
-                )
+                key = _policy_key(node, busy, chip, used, template, policy)
                 if best is None or key < best[0]:
                     best = (key, chip, template)
                 break
@@ -295,10 +295,9 @@ def _place_soft(
         reason, message = budgets.explain_soft(eligible, working, request, len(fitting))
         return Rejection(node.name, reason, message)
     if request.count == 1:
-        delta = inventory.soft_usage(request.memory_mib, request.core_percent, False)
+        busy = _busy_groups(node, working)
         chosen_chip = min(
-            fitting,
-            key=lambda c: _policy_key(node, working, c, working[c.index].plus(delta), policy),
+            fitting, key=lambda c: _policy_key(node, busy, c, working[c.index], None, policy)
         )
         chosen: tuple[int, ...] = (chosen_chip.index,)
     else:
@@ -323,11 +322,16 @@ def _score(
     policy: Policy,
 ) -> int:
     """0-10: how much this node should be preferred for the pod under ``policy``."""
-    words = set(pod.models())
-    chips = [c for c in node.chips if c.model.common_word in words]
-    if not chips:
+    words = pod.models()
+    total = 0.0
+    count = 0
+    for chip in node.chips:
+        if chip.model.common_word in words:
+            total += inventory.load_ratio(chip, after[chip.index])
+            count += 1
+    if not count:
         return 0
-    load = sum(inventory.load_ratio(c, after[c.index]) for c in chips) / len(chips)
+    load = total / count
     if policy is Policy.SPREAD:
         return round(10 * (1 - load))
     score = 10 * load
@@ -342,10 +346,8 @@ def _groups_broken(
     """Groups (rings, cards, pairs) that were wholly free before and are partly used after."""
     broken = 0
     for group in node.topology.groups:
-        was_free = all(base[i].idle for i in group if i in base)
-        now_partly = any(not after[i].idle for i in group if i in after) and not all(
-            not after[i].idle for i in group if i in after
-        )
-        if was_free and now_partly:
-            broken += 1
+        if all(base[i].idle for i in group):
+            now_used = sum(1 for i in group if not after[i].idle)
+            if 0 < now_used < len(group):
+                broken += 1
     return broken

@@ -51,9 +51,9 @@ def template_short(
         return Reason.AICORE
     if used.aicpu + template.aicpu > model.aicpu:
         return Reason.AICPU
-    if model.media is not None and template.media is not None:
-        total = model.media.as_tuple()
-        for have, want, cap in zip(used.media, template.media.as_tuple(), total, strict=True):
+    wanted = template.media_vector
+    if wanted is not None and model.media is not None and any(wanted):
+        for have, want, cap in zip(used.media, wanted, model.media.as_tuple(), strict=True):
             if have + want > cap:
                 return Reason.MEDIA
     return None

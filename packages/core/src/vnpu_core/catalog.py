@@ -49,6 +49,10 @@ class Template:
     aicore: int
     aicpu: int
     media: Media | None = None
+    media_vector: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "media_vector", self.media.as_tuple() if self.media else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,9 @@ class ChipModel:
     memory_factor: int = 1
     runtime_class: str = ""
     super_pod: bool = False
-    server: str = ""  # usual server kind (a topology.ServerKind value); "" lets the chip count decide
+    server: str = (
+        ""  # usual server kind (a topology.ServerKind value); "" lets the chip count decide
+    )
     resource_name: str = ""
     memory_resource: str = ""
     core_resource: str = ""

@@ -8,6 +8,7 @@ by building new values. The scheduler, the planner and the exporter build these.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from vnpu_core import catalog, topology
@@ -25,17 +26,16 @@ class Chip:
     healthy: bool = True
     slots: int = 0  # vNPU slots registered (HAMi `count`); 0 means the model's split count
     memory_mib: int = 0  # registered memory (HAMi `devmem`); 0 means the model's allocatable
+    vnpu_limit: int = field(
+        init=False, compare=False
+    )  # hard vNPUs at once: slots capped by the hardware
 
     def __post_init__(self) -> None:
         if self.slots <= 0:
             object.__setattr__(self, "slots", self.model.split_count)
         if self.memory_mib <= 0:
             object.__setattr__(self, "memory_mib", self.model.memory_allocatable_mib)
-
-    @property
-    def vnpu_limit(self) -> int:
-        """Hard vNPUs this chip can hold at once: the registered slots, capped by the hardware."""
-        return min(self.slots, self.model.max_vnpus)
+        object.__setattr__(self, "vnpu_limit", min(self.slots, self.model.max_vnpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +91,10 @@ class ChipUsage:
     core_percent: int = 0
     exclusive: bool = False
     templates: tuple[str, ...] = ()
+    idle: bool = field(init=False, compare=False)  # nothing held on the chip
 
-    @property
-    def idle(self) -> bool:
-        return not (self.vnpus or self.soft_slices or self.exclusive)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "idle", not (self.vnpus or self.soft_slices or self.exclusive))
 
     def plus(self, other: ChipUsage) -> ChipUsage:
         return ChipUsage(
@@ -127,6 +127,7 @@ class ChipUsage:
 IDLE = ChipUsage()
 
 
+@functools.cache
 def template_usage(template: catalog.Template) -> ChipUsage:
     media = template.media.as_tuple() if template.media else ZERO_MEDIA
     return ChipUsage(
@@ -144,8 +145,8 @@ def soft_usage(memory_mib: int, core_percent: int, exclusive: bool) -> ChipUsage
     )
 
 
-def load_ratio(chip: Chip, usage: ChipUsage) -> float:
-    """How full a chip is, 0-1: its most used budget."""
+def load_ratio(chip: Chip, usage: ChipUsage, extra: catalog.Template | None = None) -> float:
+    """How full a chip is, 0-1: its most used budget (with one more ``extra`` vNPU when given)."""
     if usage.exclusive:
         return 1.0
     model = chip.model
@@ -155,9 +156,16 @@ def load_ratio(chip: Chip, usage: ChipUsage) -> float:
             usage.core_percent / 100,
             usage.soft_slices / chip.slots,
         )
+    if extra is None:
+        return max(
+            usage.vnpus / chip.vnpu_limit,
+            usage.memory_mib / model.memory_capacity_mib,
+            usage.aicore / model.aicore,
+            usage.aicpu / model.aicpu,
+        )
     return max(
-        usage.vnpus / chip.vnpu_limit,
-        usage.memory_mib / model.memory_capacity_mib,
-        usage.aicore / model.aicore,
-        usage.aicpu / model.aicpu,
+        (usage.vnpus + 1) / chip.vnpu_limit,
+        (usage.memory_mib + extra.memory_mib) / model.memory_capacity_mib,
+        (usage.aicore + extra.aicore) / model.aicore,
+        (usage.aicpu + extra.aicpu) / model.aicpu,
     )
