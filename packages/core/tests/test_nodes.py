@@ -1,0 +1,125 @@
+from datetime import datetime, timedelta
+from typing import Any
+
+from vnpu_core import catalog, nodes, protocol
+from vnpu_core.topology import ServerKind
+
+NOW = datetime(2026, 8, 18, 9, 56, 0)
+TIMEOUT = timedelta(seconds=60)
+
+
+def register(word: str, chips: int, **overrides: Any) -> str:
+    items = [
+        protocol.RegisteredChip(
+            id=f"UUID-{i}",
+            index=i,
+            count=overrides.get("count", 4),
+            devmem=overrides.get("devmem", 65536),
+            devcore=20,
+            type=overrides.get("type", word),
+            health=i not in overrides.get("sick", ()),
+            network_id=0 if i < 4 else 1,
+        )
+        for i in range(chips)
+    ]
+    return protocol.encode_node_register(items)
+
+
+def node_obj(
+    annotations: dict[str, str], allocatable: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1", "annotations": annotations},
+        "status": {
+            "allocatable": allocatable
+            if allocatable is not None
+            else {"huawei.com/Ascend910B3": "32"}
+        },
+    }
+
+
+def read(obj: dict[str, Any]) -> nodes.NodeRead:
+    return nodes.read_node(obj, catalog.BUILTIN, NOW, TIMEOUT)
+
+
+def test_a_hami_registered_910b3_node() -> None:
+    obj = node_obj(
+        {
+            "hami.io/node-register-Ascend910B3": register("Ascend910B3", 8, sick=(5,)),
+            "hami.io/node-handshake-Ascend910B3": "Reported_2026.08.18 09:55:36",
+            "hami-vnpu-core": "false",
+        }
+    )
+    result = read(obj)
+    assert result.unavailable == ""
+    assert result.node is not None
+    assert [c.uuid for c in result.node.chips] == [f"UUID-{i}" for i in range(8)]
+    assert [c.healthy for c in result.node.chips].count(False) == 1
+    assert result.node.topology.kind is ServerKind.MESH_910B_8
+    assert not result.node.soft
+
+
+def test_stale_handshake_makes_the_node_unavailable_with_the_age() -> None:
+    obj = node_obj(
+        {
+            "hami.io/node-register-Ascend910B3": register("Ascend910B3", 8),
+            "hami.io/node-handshake-Ascend910B3": "Requesting_2026-08-18 09:50:00",
+        }
+    )
+    result = read(obj)
+    assert result.node is None
+    assert (
+        result.unavailable == "device plugin for Ascend910B3 last reported 360 s ago (limit 60 s)"
+    )
+
+
+def test_no_allocatable_means_unavailable() -> None:
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910B3": register("Ascend910B3", 2)}, allocatable={}
+    )
+    assert read(obj).unavailable == "kubelet reports no allocatable huawei.com/Ascend910B3"
+
+
+def test_no_registration() -> None:
+    assert read(node_obj({})).unavailable == "no NPU registered on this node"
+
+
+def test_malformed_register_names_the_key() -> None:
+    result = read(node_obj({"hami.io/node-register-Ascend910B3": "[{"}))
+    assert result.node is None
+    assert "hami.io/node-register-Ascend910B3" in result.unavailable
+
+
+def test_server_kind_and_soft_mode_annotations() -> None:
+    obj = node_obj(
+        {
+            "hami.io/node-register-Ascend910B3": register("Ascend910B3", 8),
+            "vnpu.io/server": "pcie",
+            "hami-vnpu-core": "true",
+        }
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert result.node.topology.kind is ServerKind.PCIE
+    assert result.node.soft
+    bad = read(
+        node_obj(
+            {
+                "hami.io/node-register-Ascend910B3": register("Ascend910B3", 8),
+                "vnpu.io/server": "ring",
+            }
+        )
+    )
+    assert bad.node is not None
+    assert bad.node.topology.kind is ServerKind.MESH_910B_8
+    assert any("unknown server kind 'ring'" in w for w in bad.warnings)
+
+
+def test_chip_figures_come_from_the_registration() -> None:
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910B3": register("Ascend910B3", 2, count=3, devmem=60000)}
+    )
+    result = read(obj)
+    assert result.node is not None
+    chip = result.node.chips[0]
+    assert (chip.slots, chip.memory_mib, chip.vnpu_limit) == (3, 60000, 3)
