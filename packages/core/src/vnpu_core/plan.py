@@ -1,0 +1,281 @@
+"""The capacity planner behind ``vnpu plan``: place a workload's pods on a cluster.
+
+``place`` takes the nodes and pods read by ``vnpu_core.planfiles`` and schedules the pods
+in file order the way kube-scheduler does with the vnpu extender as its only extender:
+``allocator.fit`` on every node, the highest score wins, ties go to the first node name.
+A placement is recorded by writing the bind annotations (``binding.bind_annotations``)
+and ``spec.nodeName`` onto the simulated pod and rebuilding that node's usage with
+``ledger.node_usage``, so the plan goes through the same wire path as a real cluster. A
+pod no node takes gets the most common reason code and a kube-scheduler style message.
+
+``place`` then runs the workload again with every NPU container turned into whole chips,
+on hard-mode copies of the cluster's nodes plus as many fresh copies of its node shapes
+as needed: the chips the same workload holds without sharing. Pure and deterministic;
+``vnpu_core.cli`` renders the ``Plan``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vnpu_core import (
+    allocator,
+    binding,
+    budgets,
+    catalog,
+    inventory,
+    ledger,
+    planfiles,
+    protocol,
+    requests,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    pod: str
+    namespace: str
+    assignment: allocator.Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A pod no node takes: the most common reason code and a kube-scheduler style message."""
+
+    pod: str
+    namespace: str
+    reason: budgets.Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What one node holds at the end of the plan."""
+
+    name: str
+    model: str
+    server: str
+    soft: bool
+    chips: int
+    chips_used: int
+    whole_chips: int
+    vnpus: int
+    soft_slices: int
+    pods: int
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Totals of the plan, and what the same workload needs with whole-chip scheduling."""
+
+    pods: int
+    placed: int
+    rejected: int
+    chips_used: int
+    chips_total: int
+    whole_chip_chips: int
+    whole_chip_pods: int
+    whole_chip_nodes: int
+    whole_chip_extra_nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    policy: requests.Policy
+    placements: tuple[Placement, ...]
+    refusals: tuple[Refusal, ...]
+    nodes: tuple[NodeReport, ...]
+    summary: Summary
+    notes: tuple[str, ...]
+
+
+# --- placement --------------------------------------------------------------------------
+
+
+class _Simulation:
+    """Nodes, the pods bound to each, and each node's usage as the ledger reads it back."""
+
+    def __init__(self, nodes: Sequence[inventory.Node], models: catalog.Catalog) -> None:
+        self.models = models
+        self.nodes: dict[str, inventory.Node] = {}
+        self.bound: dict[str, list[dict[str, Any]]] = {}
+        self.usage: dict[str, dict[str, inventory.ChipUsage]] = {}
+        for node in nodes:
+            self.add(node)
+
+    def add(self, node: inventory.Node) -> None:
+        self.nodes[node.name] = node
+        self.bound[node.name] = []
+        self.usage[node.name] = {}
+
+    def fit(
+        self, request: requests.PodRequest, policy: requests.Policy
+    ) -> tuple[allocator.Assignment | None, list[allocator.Rejection]]:
+        """The winning assignment (highest score, then node name) and every node's rejection."""
+        best: allocator.Assignment | None = None
+        rejections: list[allocator.Rejection] = []
+        for name in sorted(self.nodes):
+            outcome = allocator.fit(self.nodes[name], self.usage[name], request, policy)
+            if isinstance(outcome, allocator.Rejection):
+                rejections.append(outcome)
+            elif best is None or outcome.score > best.score:
+                best = outcome
+        return best, rejections
+
+    def bind(self, pod: Mapping[str, Any], assignment: allocator.Assignment) -> None:
+        """Write the bind annotations and nodeName onto a copy of the pod; re-read the node."""
+        bound = copy.deepcopy(dict(pod))
+        bound["metadata"].setdefault("annotations", {}).update(
+            binding.bind_annotations(assignment, 0)
+        )
+        bound["spec"]["nodeName"] = assignment.node
+        pods = self.bound[assignment.node]
+        pods.append(bound)
+        read = ledger.node_usage(pods, assignment.node, self.models)
+        if read.problems:  # our own annotations must always read back
+            raise RuntimeError(f"bind annotations did not read back: {read.problems[0].error}")
+        self.usage[assignment.node] = read.usage
+
+    def report(self, name: str) -> NodeReport:
+        node = self.nodes[name]
+        held = [self.usage[name].get(c.uuid, inventory.IDLE) for c in node.chips]
+        return NodeReport(
+            name=name,
+            model=node.chips[0].model.name,
+            server=node.topology.kind.value,
+            soft=node.soft,
+            chips=len(node.chips),
+            chips_used=sum(1 for u in held if not u.idle),
+            whole_chips=sum(1 for u in held if u.exclusive and not u.soft_slices),
+            vnpus=sum(u.vnpus for u in held),
+            soft_slices=sum(u.soft_slices for u in held),
+            pods=len(self.bound[name]),
+        )
+
+
+def refusal_reason(
+    rejections: Sequence[allocator.Rejection], nodes: int
+) -> tuple[budgets.Reason, str]:
+    """The most common reason code and a kube-scheduler style summary of every node's reason.
+
+    Nodes are grouped by reason code, largest group first; each group shows the message of
+    its first node by name: ``0/3 nodes are available: 2 <message>, 1 <message>.``
+    """
+    groups: dict[budgets.Reason, list[allocator.Rejection]] = {}
+    for rejection in sorted(rejections, key=lambda r: r.node):
+        groups.setdefault(rejection.reason, []).append(rejection)
+    order = list(budgets.Reason)
+    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), order.index(item[0])))
+    parts = ", ".join(f"{len(group)} {group[0].message}" for _, group in ranked)
+    return ranked[0][0], f"0/{nodes} nodes are available: {parts}."
+
+
+def _whole_chip_request(request: requests.PodRequest) -> requests.PodRequest:
+    """The same pod without sharing: every NPU container takes ``count`` whole chips."""
+    whole = tuple(
+        dataclasses.replace(
+            r,
+            whole=True,
+            soft=False,
+            templates=(),
+            core_percent=0,
+            memory_mib=r.model.memory_allocatable_mib,
+        )
+        for r in request.requests
+    )
+    return dataclasses.replace(
+        request, requests=whole, soft=False, use_uuids=None, no_use_uuids=None
+    )
+
+
+def _without_soft_mode(pod: Mapping[str, Any]) -> dict[str, Any]:
+    plain = copy.deepcopy(dict(pod))
+    plain["metadata"].get("annotations", {}).pop(protocol.VNPU_MODE_KEY, None)
+    return plain
+
+
+def _shape(node: inventory.Node, name: str) -> inventory.Node:
+    """An empty hard-mode node called ``name`` with the chips and server of ``node``."""
+    model = node.chips[0].model
+    return inventory.build_node(name, model, len(node.chips), node.topology.kind)
+
+
+def whole_chip_need(
+    nodes: Sequence[inventory.Node],
+    pods: Sequence[planfiles.WorkloadPod],
+    models: catalog.Catalog,
+    policy: requests.Policy,
+) -> tuple[int, int, int, int]:
+    """Chips held, pods placed, nodes used and nodes added when nothing is shared.
+
+    The pods are placed in order on hard-mode copies of the cluster's nodes; when no node
+    takes a pod, a fresh copy of each distinct node shape is tried and the best one added.
+    A pod that fits no empty shape is left out (it fits nowhere with or without sharing).
+    """
+    simulation = _Simulation([_shape(n, n.name) for n in nodes], models)
+    shapes: dict[tuple[str, int, str], inventory.Node] = {}
+    for node in nodes:
+        key = (node.chips[0].model.name, len(node.chips), node.topology.kind.value)
+        shapes.setdefault(key, node)
+    added = 0
+    placed = 0
+    for pod in pods:
+        request = _whole_chip_request(pod.request)
+        best, _ = simulation.fit(request, policy)
+        if best is None:
+            trial = _Simulation(
+                [_shape(n, f"{n.name}+{added + 1}") for n in shapes.values()], models
+            )
+            best, _ = trial.fit(request, policy)
+            if best is None:
+                continue
+            simulation.add(trial.nodes[best.node])
+            added += 1
+        simulation.bind(_without_soft_mode(pod.obj), best)
+        placed += 1
+    reports = [simulation.report(name) for name in simulation.nodes]
+    chips = sum(r.whole_chips for r in reports)
+    used = sum(1 for r in reports if r.pods)
+    return chips, placed, used, added
+
+
+def place(
+    cluster: planfiles.Cluster,
+    workload: planfiles.Workload,
+    models: catalog.Catalog,
+    policy: requests.Policy = requests.Policy.DEFAULT,
+) -> Plan:
+    """Schedule the workload's pods in order on the cluster and compare with whole chips."""
+    simulation = _Simulation(cluster.nodes, models)
+    placements: list[Placement] = []
+    refusals: list[Refusal] = []
+    for pod in workload.pods:
+        request = pod.request
+        best, rejections = simulation.fit(request, policy)
+        if best is None:
+            reason, message = refusal_reason(rejections, len(cluster.nodes))
+            refusals.append(Refusal(request.name, request.namespace, reason, message))
+            continue
+        simulation.bind(pod.obj, best)
+        placements.append(Placement(request.name, request.namespace, best))
+    nodes = tuple(simulation.report(n.name) for n in cluster.nodes)
+    chips, whole_pods, whole_nodes, extra = whole_chip_need(
+        cluster.nodes, workload.pods, models, policy
+    )
+    summary = Summary(
+        pods=len(workload.pods),
+        placed=len(placements),
+        rejected=len(refusals),
+        chips_used=sum(r.chips_used for r in nodes),
+        chips_total=sum(r.chips for r in nodes),
+        whole_chip_chips=chips,
+        whole_chip_pods=whole_pods,
+        whole_chip_nodes=whole_nodes,
+        whole_chip_extra_nodes=extra,
+    )
+    notes = cluster.notes + workload.notes
+    return Plan(policy, tuple(placements), tuple(refusals), nodes, summary, notes)
