@@ -1,0 +1,376 @@
+"""Per-kind rules the real server applies on write: defaults, validation, status handling.
+
+``store`` calls ``defaults`` on every incoming body (create, update and patch results, as
+the real scheme defaulting does), ``validate_create``/``validate_update`` before it commits,
+and ``prepare_update`` to keep what a request may not change: the status on the main
+resource, the spec on ``/status``, and server-owned metadata. Pod defaults are the ones
+clients rely on (``schedulerName``, ``restartPolicy``, requests copied from limits,
+``status.phase: Pending``, ``status.qosClass``); pod spec updates are limited as in
+kube-apiserver; webhook configurations get their v1 defaults and checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from vnpu_sandbox.apiserver import errors, resources, selectors
+
+Json = dict[str, Any]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN_HELP = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+DNS_LABEL_HELP = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+_WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def _pod_defaults(pod: Json) -> None:
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            if not isinstance(container, dict):
+                continue
+            image = str(container.get("image", ""))
+            tag = image.rsplit("/", 1)[-1]
+            latest = "@" not in image and (":" not in tag or tag.endswith(":latest"))
+            container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            limits_requests = container.setdefault("resources", {})
+            limits = limits_requests.get("limits") or {}
+            if limits:
+                requests = limits_requests.setdefault("requests", {})
+                for name, quantity in limits.items():
+                    requests.setdefault(name, quantity)
+            for port in container.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+
+
+def _webhook_defaults(config: Json) -> None:
+    for hook in config.get("webhooks") or []:
+        if not isinstance(hook, dict):
+            continue
+        hook.setdefault("failurePolicy", "Fail")
+        hook.setdefault("matchPolicy", "Equivalent")
+        hook.setdefault("namespaceSelector", {})
+        hook.setdefault("objectSelector", {})
+        hook.setdefault("timeoutSeconds", 10)
+        if config.get("kind") == "MutatingWebhookConfiguration":
+            hook.setdefault("reinvocationPolicy", "Never")
+        for rule in hook.get("rules") or []:
+            if isinstance(rule, dict):
+                rule.setdefault("scope", "*")
+        service = (hook.get("clientConfig") or {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
+
+
+def defaults(resource: resources.Resource, obj: Json) -> None:
+    """Fill the scheme defaults of ``obj`` in place."""
+    obj.setdefault("metadata", {})
+    if resource.kind == "Pod":
+        _pod_defaults(obj)
+    elif resource.kind in _WEBHOOK_KINDS:
+        _webhook_defaults(obj)
+
+
+def _quantity_set(container: Json, field: str) -> dict[str, Any]:
+    value = (container.get("resources") or {}).get(field) or {}
+    return {k: v for k, v in value.items() if k in ("cpu", "memory")}
+
+
+def qos_class(pod: Json) -> str:
+    """Guaranteed, Burstable or BestEffort, from cpu and memory requests and limits."""
+    containers = [
+        *(pod["spec"].get("initContainers") or []),
+        *(pod["spec"].get("containers") or []),
+    ]
+    containers = [c for c in containers if isinstance(c, dict)]
+    if not any(_quantity_set(c, "requests") or _quantity_set(c, "limits") for c in containers):
+        return "BestEffort"
+    guaranteed = all(
+        set(_quantity_set(c, "limits")) == {"cpu", "memory"}
+        and _quantity_set(c, "requests") == _quantity_set(c, "limits")
+        for c in containers
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def prepare_create(resource: resources.Resource, obj: Json) -> None:
+    """Server-set fields of a new object: pod phase and QoS class, namespace phase and label."""
+    if resource.kind == "Pod":
+        status = obj.setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        status["qosClass"] = qos_class(obj)
+    elif resource.kind == "Namespace":
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+        labels = obj["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+
+
+def _name_errors(resource: resources.Resource, name: object) -> list[errors.FieldError]:
+    if not isinstance(name, str) or not name:
+        return [
+            errors.FieldError(
+                "metadata.name", "Required", detail="name or generateName is required"
+            )
+        ]
+    if resource.kind == "Namespace":
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            return [errors.FieldError("metadata.name", "Invalid", name, DNS_LABEL_HELP)]
+    elif len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        return [errors.FieldError("metadata.name", "Invalid", name, DNS_SUBDOMAIN_HELP)]
+    return []
+
+
+def _label_errors(metadata: Json) -> list[errors.FieldError]:
+    found: list[errors.FieldError] = []
+    labels = metadata.get("labels")
+    if labels is not None and not isinstance(labels, dict):
+        return [errors.FieldError("metadata.labels", "Invalid", labels, "must be a map of strings")]
+    for key, value in (labels or {}).items():
+        problem = selectors.label_key_problem(key)
+        if problem:
+            found.append(errors.FieldError("metadata.labels", "Invalid", key, problem))
+        if not isinstance(value, str):
+            found.append(
+                errors.FieldError(f"metadata.labels[{key}]", "Invalid", value, "must be a string")
+            )
+        elif problem := selectors.label_value_problem(value):
+            found.append(errors.FieldError("metadata.labels", "Invalid", value, problem))
+    annotations = metadata.get("annotations")
+    if annotations is not None and not isinstance(annotations, dict):
+        found.append(
+            errors.FieldError(
+                "metadata.annotations", "Invalid", annotations, "must be a map of strings"
+            )
+        )
+    for key, value in (annotations or {}).items():
+        if not isinstance(value, str):
+            found.append(
+                errors.FieldError(
+                    f"metadata.annotations[{key}]", "Invalid", value, "must be a string"
+                )
+            )
+    return found
+
+
+def _pod_errors(pod: Json) -> list[errors.FieldError]:
+    found: list[errors.FieldError] = []
+    containers = pod.get("spec", {}).get("containers")
+    if not isinstance(containers, list) or not containers:
+        return [errors.FieldError("spec.containers", "Required")]
+    seen: set[str] = set()
+    for index, container in enumerate(containers):
+        where = f"spec.containers[{index}]"
+        if not isinstance(container, dict):
+            found.append(errors.FieldError(where, "Invalid", container, "must be an object"))
+            continue
+        name = container.get("name")
+        if not name:
+            found.append(errors.FieldError(f"{where}.name", "Required"))
+        elif name in seen:
+            found.append(errors.FieldError(f"{where}.name", "Duplicate", name))
+        seen.add(str(name))
+        if not container.get("image"):
+            found.append(errors.FieldError(f"{where}.image", "Required"))
+    return found
+
+
+def _webhook_errors(config: Json) -> list[errors.FieldError]:
+    found: list[errors.FieldError] = []
+    names: set[str] = set()
+    hooks = config.get("webhooks") or []
+    if not isinstance(hooks, list):
+        return [errors.FieldError("webhooks", "Invalid", hooks, "must be a list")]
+    for index, hook in enumerate(hooks):
+        where = f"webhooks[{index}]"
+        if not isinstance(hook, dict):
+            found.append(errors.FieldError(where, "Invalid", hook, "must be an object"))
+            continue
+        name = hook.get("name")
+        if not name:
+            found.append(errors.FieldError(f"{where}.name", "Required"))
+        elif str(name).count(".") < 2:
+            found.append(
+                errors.FieldError(
+                    f"{where}.name",
+                    "Invalid",
+                    name,
+                    "should be a domain with at least three segments separated by dots",
+                )
+            )
+        elif name in names:
+            found.append(errors.FieldError(f"{where}.name", "Duplicate", name))
+        names.add(str(name))
+        client = hook.get("clientConfig") or {}
+        if not isinstance(client, dict) or ("url" in client) == ("service" in client):
+            found.append(
+                errors.FieldError(
+                    f"{where}.clientConfig",
+                    "Required",
+                    detail="exactly one of url or service is required",
+                )
+            )
+        if hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+            found.append(
+                errors.FieldError(
+                    f"{where}.sideEffects",
+                    "Required" if "sideEffects" not in hook else "NotSupported",
+                    hook.get("sideEffects"),
+                    'must specify one of "None", "NoneOnDryRun"',
+                )
+            )
+        versions = hook.get("admissionReviewVersions")
+        if not isinstance(versions, list) or not {"v1", "v1beta1"} & set(map(str, versions)):
+            found.append(
+                errors.FieldError(
+                    f"{where}.admissionReviewVersions",
+                    "Required",
+                    detail="must specify one of v1, v1beta1",
+                )
+            )
+        if hook.get("failurePolicy") not in ("Fail", "Ignore"):
+            found.append(
+                errors.FieldError(
+                    f"{where}.failurePolicy",
+                    "NotSupported",
+                    hook.get("failurePolicy"),
+                    'supported values: "Fail", "Ignore"',
+                )
+            )
+        timeout = hook.get("timeoutSeconds")
+        if not isinstance(timeout, int) or not 1 <= timeout <= 30:
+            found.append(
+                errors.FieldError(
+                    f"{where}.timeoutSeconds",
+                    "Invalid",
+                    timeout,
+                    "the timeout value must be between 1 and 30 seconds",
+                )
+            )
+    return found
+
+
+def validate_create(resource: resources.Resource, obj: Json) -> None:
+    """Raise ``Invalid`` listing every problem of a new object."""
+    metadata = obj["metadata"]
+    found = _name_errors(resource, metadata.get("name")) + _label_errors(metadata)
+    if resource.kind == "Pod":
+        found += _pod_errors(obj)
+    elif resource.kind in _WEBHOOK_KINDS:
+        found += _webhook_errors(obj)
+    if found:
+        raise errors.Invalid(resource.group, resource.kind, str(metadata.get("name", "")), found)
+
+
+def _changed_spec_fields(old: Json, new: Json) -> list[str]:
+    allowed = copy.deepcopy(old)
+    for group in ("containers", "initContainers"):
+        for before, after in zip(allowed.get(group) or [], new.get(group) or [], strict=False):
+            if isinstance(before, dict) and isinstance(after, dict) and "image" in after:
+                before["image"] = after["image"]
+    for field in ("activeDeadlineSeconds", "terminationGracePeriodSeconds"):
+        if field in new:
+            allowed[field] = new[field]
+    old_tolerations = old.get("tolerations") or []
+    new_tolerations = new.get("tolerations") or []
+    if all(t in new_tolerations for t in old_tolerations):
+        allowed["tolerations"] = new.get("tolerations")
+    if all(g in (old.get("schedulingGates") or []) for g in new.get("schedulingGates") or []):
+        allowed["schedulingGates"] = new.get("schedulingGates")
+    keys = sorted(set(allowed) | set(new))
+    return [f"spec.{k}" for k in keys if (allowed.get(k) or None) != (new.get(k) or None)]
+
+
+def validate_update(resource: resources.Resource, old: Json, new: Json, subresource: str) -> None:
+    """Raise ``Invalid`` if an update changes what the real server keeps immutable."""
+    name = str(old["metadata"]["name"])
+    found = _label_errors(new["metadata"])
+    old_finalizers = old["metadata"].get("finalizers") or []
+    if old["metadata"].get("deletionTimestamp"):
+        added = [f for f in new["metadata"].get("finalizers") or [] if f not in old_finalizers]
+        if added:
+            found.append(
+                errors.FieldError(
+                    "metadata.finalizers",
+                    "Forbidden",
+                    detail="no new finalizers can be added if the object is being deleted, found new finalizers "
+                    + errors.quote(added),
+                )
+            )
+    if resource.kind == "Pod" and subresource == "":
+        changed = _changed_spec_fields(old.get("spec") or {}, new.get("spec") or {})
+        if changed:
+            found.append(
+                errors.FieldError(
+                    "spec",
+                    "Forbidden",
+                    detail=f"{POD_UPDATE_FORBIDDEN} (changed: {', '.join(changed)})",
+                )
+            )
+    elif resource.kind in _WEBHOOK_KINDS:
+        found += _webhook_errors(new)
+    if found:
+        raise errors.Invalid(resource.group, resource.kind, name, found)
+
+
+_SERVER_OWNED = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "name",
+    "namespace",
+    "selfLink",
+)
+
+
+def prepare_update(resource: resources.Resource, old: Json, new: Json, subresource: str) -> None:
+    """Keep in ``new`` what this request may not change, and bump ``generation`` on spec changes."""
+    for field in _SERVER_OWNED:
+        if field in old["metadata"]:
+            new["metadata"][field] = old["metadata"][field]
+        else:
+            new["metadata"].pop(field, None)
+    if subresource == "status":
+        for field in ("spec", "webhooks"):
+            if field in old:
+                new[field] = copy.deepcopy(old[field])
+        if resource.kind == "Pod" and "ownerReferences" in old["metadata"]:
+            new["metadata"]["ownerReferences"] = copy.deepcopy(old["metadata"]["ownerReferences"])
+    elif resource.has_status:
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+    tracked = "webhooks" if resource.kind in _WEBHOOK_KINDS else "spec"
+    if "generation" in old["metadata"] and old.get(tracked) != new.get(tracked):
+        new["metadata"]["generation"] = int(old["metadata"]["generation"]) + 1

@@ -1,0 +1,263 @@
+"""Server-side printing: the ``Table`` objects ``kubectl get`` asks for, one row per object.
+
+``routes`` answers with ``to_table`` when a GET or watch request's ``Accept`` header asks for
+``as=Table`` (kubectl always does), so ``kubectl get pods`` prints READY, STATUS, NODE and
+the rest as it does against a real cluster. Columns and cell wording follow the real
+server's printers for the types served here; ages are rendered as kubectl shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from vnpu_sandbox.apiserver import resources
+
+Json = dict[str, Any]
+Row = list[Any]
+
+
+def human_duration(seconds: float) -> str:
+    """Age text as kubectl prints it: 5s, 3m20s, 15m, 2h10m, 3d4h, 2y30d..."""
+    if seconds < -1:
+        return "<invalid>"
+    seconds = max(int(seconds), 0)
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 120:
+        return f"{seconds}s"
+    if minutes < 10:
+        rest = seconds % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        rest = hours % 24
+        return f"{days}d{rest}h" if rest else f"{days}d"
+    if days < 730:
+        return f"{days}d"
+    years, rest = days // 365, days % 365
+    return f"{years}y{rest}d" if days < 2920 and rest else f"{years}y"
+
+
+def _age(timestamp: object, now: float) -> str:
+    if not isinstance(timestamp, str) or not timestamp:
+        return "<unknown>"
+    try:
+        then = datetime.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return "<unknown>"
+    return human_duration(now - then.timestamp())
+
+
+def _column(name: str, kind: str = "string", priority: int = 0, fmt: str = "") -> Json:
+    return {"name": name, "type": kind, "format": fmt, "description": name, "priority": priority}
+
+
+def _name(obj: Json) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _created(obj: Json, now: float) -> str:
+    return _age(obj["metadata"].get("creationTimestamp"), now)
+
+
+def _pod_status(pod: Json) -> str:
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or status.get("phase") or "Unknown")
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason"):
+            reason = str(waiting["reason"])
+        elif terminated.get("reason"):
+            reason = str(terminated["reason"])
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    return reason
+
+
+def _pod_row(pod: Json, now: float) -> Row:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    return [
+        _name(pod),
+        f"{ready}/{len(spec.get('containers') or [])}",
+        _pod_status(pod),
+        restarts,
+        _created(pod, now),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        "<none>",
+    ]
+
+
+def _node_row(node: Json, now: float) -> Row:
+    status = node.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    state = "Unknown" if ready is None else "Ready" if ready.get("status") == "True" else "NotReady"
+    if (node.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    prefix = "node-role.kubernetes.io/"
+    labels = node["metadata"].get("labels") or {}
+    roles = sorted(k[len(prefix) :] for k in labels if k.startswith(prefix))
+    info = status.get("nodeInfo") or {}
+    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+    return [
+        _name(node),
+        state,
+        ",".join(roles) or "<none>",
+        _created(node, now),
+        info.get("kubeletVersion") or "",
+        addresses.get("InternalIP") or "<none>",
+        addresses.get("ExternalIP") or "<none>",
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
+
+
+def _event_row(event: Json, now: float) -> Row:
+    involved = event.get("involvedObject") or {}
+    source = event.get("source") or {}
+    last = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event["metadata"].get("creationTimestamp")
+    )
+    first = (
+        event.get("firstTimestamp")
+        or event.get("eventTime")
+        or event["metadata"].get("creationTimestamp")
+    )
+    return [
+        _age(last, now),
+        event.get("type") or "",
+        event.get("reason") or "",
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        involved.get("fieldPath") or "",
+        ", ".join(str(v) for v in (source.get("component"), source.get("host")) if v)
+        or event.get("reportingComponent")
+        or "",
+        str(event.get("message") or "").strip(),
+        _age(first, now),
+        int(event.get("count") or 1),
+        _name(event),
+    ]
+
+
+_NAME = _column("Name", fmt="name")
+_AGE = _column("Age")
+_PRINTERS: dict[str, tuple[list[Json], Callable[[Json, float], Row]]] = {
+    "Pod": (
+        [
+            _NAME,
+            _column("Ready"),
+            _column("Status"),
+            _column("Restarts", "integer"),
+            _AGE,
+            _column("IP", priority=1),
+            _column("Node", priority=1),
+            _column("Nominated Node", priority=1),
+            _column("Readiness Gates", priority=1),
+        ],
+        _pod_row,
+    ),
+    "Node": (
+        [
+            _NAME,
+            _column("Status"),
+            _column("Roles"),
+            _AGE,
+            _column("Version"),
+            _column("Internal-IP", priority=1),
+            _column("External-IP", priority=1),
+            _column("OS-Image", priority=1),
+            _column("Kernel-Version", priority=1),
+            _column("Container-Runtime", priority=1),
+        ],
+        _node_row,
+    ),
+    "Namespace": (
+        [_NAME, _column("Status"), _AGE],
+        lambda o, now: [_name(o), (o.get("status") or {}).get("phase", ""), _created(o, now)],
+    ),
+    "ConfigMap": (
+        [_NAME, _column("Data", "integer"), _AGE],
+        lambda o, now: [
+            _name(o),
+            len(o.get("data") or {}) + len(o.get("binaryData") or {}),
+            _created(o, now),
+        ],
+    ),
+    "Event": (
+        [
+            _column("Last Seen"),
+            _column("Type"),
+            _column("Reason"),
+            _column("Object"),
+            _column("Subobject", priority=1),
+            _column("Source", priority=1),
+            _column("Message"),
+            _column("First Seen", priority=1),
+            _column("Count", "integer", priority=1),
+            _column("Name", priority=1, fmt="name"),
+        ],
+        _event_row,
+    ),
+    "Lease": (
+        [_NAME, _column("Holder"), _AGE],
+        lambda o, now: [
+            _name(o),
+            (o.get("spec") or {}).get("holderIdentity") or "",
+            _created(o, now),
+        ],
+    ),
+}
+_WEBHOOKS = (
+    [_NAME, _column("Webhooks", "integer"), _AGE],
+    lambda o, now: [_name(o), len(o.get("webhooks") or []), _created(o, now)],
+)
+
+
+def _row_object(obj: Json, include: str, api_version: str) -> Json | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": obj["metadata"]}
+
+
+def to_table(
+    resource: resources.Resource,
+    objects: list[Json],
+    *,
+    now: float,
+    api_version: str = "meta.k8s.io/v1",
+    include_object: str = "Metadata",
+    list_metadata: Json | None = None,
+) -> Json:
+    """A ``meta.k8s.io`` Table of ``objects`` with the real printer's columns for the kind."""
+    columns, printer = _PRINTERS.get(resource.kind, _WEBHOOKS)
+    rows = []
+    for obj in objects:
+        row: Json = {"cells": printer(obj, now)}
+        shown = _row_object(obj, include_object, api_version)
+        if shown is not None:
+            row["object"] = shown
+        rows.append(row)
+    return {
+        "kind": "Table",
+        "apiVersion": api_version,
+        "metadata": list_metadata or {},
+        "columnDefinitions": columns,
+        "rows": rows,
+    }
