@@ -330,6 +330,9 @@ def test_hami_vnpu_core_sets_the_soft_mode_default_and_the_legacy_list_keeps_the
     assert legacy.catalog.soft_mode_default is True
     off = deviceconfig.load(_doc(entry, hamiVnpuCore=False), base=soft_base)
     assert off.catalog.soft_mode_default is False
+    only_soft = deviceconfig.load("vnpus: {hamiVnpuCore: true}\n")
+    assert only_soft.catalog.soft_mode_default is True
+    assert only_soft.catalog.models == catalog.BUILTIN.models
 
 
 # -- round trip -----------------------------------------------------------------------------
@@ -582,6 +585,27 @@ def test_template_media_on_a_chip_without_media_figures_is_flagged() -> None:
     )
 
 
+def test_a_template_whose_memory_disagrees_with_its_name_is_flagged() -> None:
+    # HAMi's chart once gave the 64 GB 910B4-1 the 910B4's 8 / 16 GB figures under the 16 / 32 GB
+    # names; the figure is used as written, and the mismatch is pointed out.
+    loaded = deviceconfig.load(
+        _doc(
+            {
+                "commonWord": "Ascend910B4-1",
+                "templates": [
+                    {"name": "vir05_1c_16g", "memory": 8192, "aiCore": 5, "aiCPU": 1},
+                    {"name": "vir10_3c_32g", "memory": 32768, "aiCore": 10, "aiCPU": 3},
+                ],
+            }
+        )
+    )
+    assert loaded.warnings == (
+        "vnpus.configs[0].templates[0].memory: 8192 MiB, but the name vir05_1c_16g says 16 GiB; "
+        "check the figure",
+    )
+    assert _model(loaded, "Ascend910B4-1").templates[0].memory_mib == 8192
+
+
 # -- errors -------------------------------------------------------------------------------
 
 B3 = {"commonWord": "Ascend910B3"}
@@ -622,6 +646,7 @@ ERROR_CASES: list[tuple[str, str, str, object, str]] = [
     ("template-aicore-over-chip", _doc({**B3, "templates": [_t(aiCore=21)]}), "vnpus.configs[0].templates[0].aiCore", 21, "needs 21 AI cores, more than the chip's 20"),
     ("template-aicpu-over-chip", _doc({**B3, "templates": [_t(aiCPU=7)]}), "vnpus.configs[0].templates[0].aiCPU", 7, "needs 7 AI CPUs, more than the chip's 6"),
     ("chip-aicore-under-kept-template", _doc({**B3, "aiCore": 8}), "vnpus.configs[0].aiCore", 8, "vir10_3c_32g needs 10 AI cores, more than the chip's 8 (the entry lists no templates"),
+    ("aicpu-from-name-over-chip", _doc({**B3, "templates": [_t(name="vir05_8c", aiCPU=None)]}), "vnpus.configs[0].templates[0].aiCPU", 8, "needs 8 AI CPUs, more than the chip's 6"),
     ("chip-aicpu-under-inherited-aicpu", _doc({**B3, "aiCPU": 2, "templates": [_t(name="vir10_3c_32g", memory=32768, aiCore=10, aiCPU=None)]}), "vnpus.configs[0].aiCPU", 2, "needs 3 AI CPUs"),
     ("template-media-over-chip", _doc({"commonWord": "Ascend310P", "templates": [{"name": "vir04", "memory": 12288, "aiCore": 4, "media": {"vpc": 13}}]}), "vnpus.configs[0].templates[0].media.vpc", 13, "needs 13 vpc engines, more than the chip's 12"),
     ("chip-media-under-template", _doc({"commonWord": "Ascend310P", "media": {"vpc": 2, "vdec": 12, "jpegd": 16, "jpege": 8, "venc": 3}}), "vnpus.configs[0].media.vpc", 2, "template vir02 needs 3 vpc engines"),

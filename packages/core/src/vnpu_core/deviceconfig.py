@@ -12,6 +12,10 @@ was found there.
 Besides HAMi's keys, vnpu reads ``vnpuLimit``, ``media``, ``server`` and ``name``, which
 HAMi and Volcano ignore (docs/device-config.md). Core does no I/O: the scheduler, the
 device plugin, the exporter and the planner read the file and pass its text to ``load``.
+
+The module is longer than most (about 490 lines): every key is checked where it is read,
+and the typed reader, the merge and the template-against-chip checks share the paths they
+report, so splitting them would only pass that state around.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def load(text: str, source: str = "", base: catalog.Catalog = catalog.BUILTIN) -
     document = _parse(text, reader)
     if document is None:
         reader.warn(DOCUMENT, "empty; the default chip models are used unchanged")
-        return LoadedConfig(base, reader.done())
+        return LoadedConfig(base, tuple(reader.warnings))
     top = reader.mapping(document, DOCUMENT, "with a vnpus key")
     for key in top:
         if key != "vnpus" and key not in OTHER_VENDOR_KEYS:
@@ -83,7 +87,7 @@ def load(text: str, source: str = "", base: catalog.Catalog = catalog.BUILTIN) -
     vnpus = top.get("vnpus")
     if vnpus is None:
         reader.warn(DOCUMENT, "no vnpus key; the default chip models are used unchanged")
-        return LoadedConfig(base, reader.done())
+        return LoadedConfig(base, tuple(reader.warnings))
 
     soft: bool | None = None
     if isinstance(vnpus, list):
@@ -112,8 +116,8 @@ def load(text: str, source: str = "", base: catalog.Catalog = catalog.BUILTIN) -
         models.append(model)
     _check_resources(reader, base, models, paths)
     if not models and soft in (None, base.soft_mode_default):
-        return LoadedConfig(base, reader.done())
-    return LoadedConfig(base.replace(models, soft), reader.done())
+        return LoadedConfig(base, tuple(reader.warnings))
+    return LoadedConfig(base.replace(models, soft), tuple(reader.warnings))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -176,9 +180,6 @@ class _Reader:
     def warn(self, path: str, message: str) -> None:
         where = f"{self.source}: " if self.source else ""
         self.warnings.append(f"{where}{path}: {message}")
-
-    def done(self) -> tuple[str, ...]:
-        return tuple(self.warnings)
 
     def mapping(self, value: object, path: str, what: str) -> dict[Any, Any]:
         if not isinstance(value, dict):
@@ -302,9 +303,8 @@ def _entry(reader: _Reader, value: object, path: str, base: catalog.Catalog) -> 
     super_pod = _pick(reader.flag(raw, "superPod", path), start.super_pod)
     server = _pick(reader.text(raw, "server", path), start.server)
     if server and server not in _SERVER_KINDS:
-        reader.fail(
-            f"{path}.server", server, f"unknown server kind; known: {', '.join(_SERVER_KINDS)}"
-        )
+        kinds = ", ".join(_SERVER_KINDS)
+        reader.fail(f"{path}.server", server, f"unknown server kind; known: {kinds}")
     media = _pick(reader.media(raw, "media", path), start.media)
     resource = reader.resource(raw, "resourceName", path)
     memory_resource = reader.resource(raw, "resourceMemoryName", path)
@@ -402,6 +402,9 @@ def _template(
     given = frozenset(key for key, item in raw.items() if item is not None)
     same = known.template(name) if known is not None else None
     grammar = _TEMPLATE_NAME.fullmatch(name)
+    if grammar is not None and grammar.group(3) and memory != int(grammar.group(3)) * 1024:
+        says = f"the name {name} says {grammar.group(3)} GiB"
+        reader.warn(f"{path}.memory", f"{memory} MiB, but {says}; check the figure")
     if aicpu is None and same is not None:
         aicpu = same.aicpu
     elif aicpu is None:
@@ -470,10 +473,9 @@ def _check_resources(
     """Each resource name belongs to one budget of one model, or lookups would be ambiguous."""
     owners: dict[str, tuple[str, str]] = {}
     replaced = {model.common_word for model in models}
-    for model in base:
-        if model.common_word not in replaced:
-            for key, name in _resources(model):
-                owners.setdefault(name, (model.common_word, key))
+    for model in (m for m in base if m.common_word not in replaced):
+        for key, name in _resources(model):
+            owners.setdefault(name, (model.common_word, key))
     for model in models:
         for key, name in _resources(model):
             owner = owners.get(name)
