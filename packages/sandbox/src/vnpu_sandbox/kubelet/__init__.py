@@ -1,0 +1,22 @@
+"""The simulated kubelet of the sandbox: one per simulated node.
+
+It speaks the real kubelet's node-local APIs to real device plugins and the real Kubernetes
+API to the API emulator (or any API server), so the vnpu device plugin, scheduler and exporter
+run against it unchanged:
+
+* ``registration`` - the v1beta1 Registration service on ``<device plugin dir>/kubelet.sock``;
+* ``endpoint`` - the connection to one registered plugin (ListAndWatch, socket watch, calls);
+* ``devicemanager`` - plugin health, capacity, the kubelet's device-picking rules, checkpoint;
+* ``checkpoint`` - the device manager's checkpoint file;
+* ``admission`` - admitting one pod (devices for each container, PreStartContainer);
+* ``podstatus`` - the pod status documents the kubelet writes;
+* ``podworker`` - watching the node's pods and admitting them one at a time, in order;
+* ``podresources`` - the PodResources v1 service;
+* ``nodestatus`` - the Node object and its status, published on change and on a heartbeat;
+* ``apiclient`` - the calls to the Kubernetes API, through the official client;
+* ``allocations`` - what each admitted pod got, in memory and as JSON files;
+* ``kubelet`` - :class:`~vnpu_sandbox.kubelet.kubelet.Kubelet`, which wires them together,
+  and its configuration; ``command`` - the ``vnpu-sandbox kubelet`` subcommand.
+
+Errors are in ``errors`` (one hierarchy rooted at ``KubeletError``).
+"""

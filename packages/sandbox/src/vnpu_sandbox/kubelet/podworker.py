@@ -1,0 +1,429 @@
+"""The simulated kubelet's pod loop: watch the node's pods, admit them one at a time, in order.
+
+``kubelet`` runs one :class:`PodWorker`. A watch thread lists then watches pods with the field
+selector ``spec.nodeName=<node>`` (re-listing after a 410 or a lost connection) and queues what
+it sees; a single worker thread handles the queue, so admissions, releases and simulated
+completions never interleave:
+
+* new pods arriving together (the first list, a burst of watch events) are admitted in
+  creation-time order, then by name; each becomes Running, or Failed with the admission
+  error, or stays Pending when a container cannot be created;
+* a pod that is already Running when first seen (a kubelet restart) is adopted as running;
+* deleted pods, pods with a ``deletionTimestamp`` (which the kubelet then deletes for good with
+  grace period 0 and a UID precondition) and Succeeded/Failed pods free their devices.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from vnpu_sandbox.kubelet import (
+    admission,
+    allocations,
+    devicemanager,
+    errors,
+    podresources,
+    podstatus,
+)
+from vnpu_sandbox.kubelet.apiclient import KubeApi, PodWatch
+from vnpu_sandbox.kubelet.nodestatus import NodeIdentity
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+RETRY_SECONDS = 1.0
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class _Tracked:
+    pod: Json
+    state: str
+    """``running``, ``start-failed``, ``finished`` or ``deleting``."""
+    ip: str | None = None
+
+
+@dataclass(frozen=True)
+class _Complete:
+    namespace: str
+    name: str
+    exit_code: int
+    done: Future[None]
+
+
+def _meta(pod: Json) -> Json:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _key(pod: Json) -> str:
+    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
+
+
+class PodWorker:
+    def __init__(
+        self,
+        api: KubeApi,
+        node: NodeIdentity,
+        devices: devicemanager.DeviceManager,
+        records: allocations.AllocationStore,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        self._api = api
+        self._node = node
+        self._devices = devices
+        self._records = records
+        self._watch_timeout = watch_timeout_seconds
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._tracked: dict[str, _Tracked] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch: PodWatch | None = None
+        self._threads: list[threading.Thread] = []
+        self._network = ipaddress.ip_network(node.pod_cidr, strict=False)
+        self._events_supported = True
+        self.synced = threading.Event()
+        """Set once the first pod list has been handled."""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(
+                target=self._watch_loop, name=f"podwatch-{self._node.name}", daemon=True
+            ),
+            threading.Thread(
+                target=self._work_loop, name=f"podworker-{self._node.name}", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            watch = self._watch
+        if watch is not None:
+            watch.close()
+        self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []
+
+    def complete(
+        self, namespace: str, name: str, exit_code: int = 0, timeout: float = 10.0
+    ) -> None:
+        """Simulate every container of a running pod exiting with ``exit_code``."""
+        done: Future[None] = Future()
+        self._queue.put(("complete", _Complete(namespace, name, exit_code, done)))
+        done.result(timeout=timeout)
+
+    def active_pods(self) -> list[podresources.ActivePod]:
+        with self._lock:
+            tracked = [t for t in self._tracked.values() if t.state in ("running", "start-failed")]
+        out = []
+        for item in tracked:
+            spec = item.pod.get("spec") or {}
+            names = [str(c.get("name", "")) for c in spec.get("containers") or []]
+            names += [
+                str(c.get("name", ""))
+                for c in spec.get("initContainers") or []
+                if c.get("restartPolicy") == "Always"
+            ]
+            meta = _meta(item.pod)
+            out.append(
+                podresources.ActivePod(
+                    str(meta.get("uid", "")),
+                    str(meta.get("namespace", "")),
+                    str(meta.get("name", "")),
+                    tuple(names),
+                )
+            )
+        return sorted(out, key=lambda p: (p.namespace, p.name))
+
+    # -- watch thread ------------------------------------------------------------------
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                items, version = self._api.list_pods(self._node.name)
+                self._queue.put(("list", items))
+                while not self._stop.is_set():
+                    watch = self._api.watch_pods(self._node.name, version, self._watch_timeout)
+                    with self._lock:
+                        self._watch = watch
+                    if self._stop.is_set():
+                        watch.close()
+                        return
+                    for kind, obj in watch.events():
+                        version = str(_meta(obj).get("resourceVersion") or version)
+                        if kind != "BOOKMARK":
+                            self._queue.put(("event", (kind, obj)))
+            except errors.ApiError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.status != 410:
+                    log.warning("pod_watch_failed node=%s error=%s", self._node.name, exc)
+                    self._stop.wait(RETRY_SECONDS)
+            except Exception:
+                log.exception("pod_watch_crashed node=%s", self._node.name)
+                self._stop.wait(RETRY_SECONDS)
+
+    # -- worker thread -----------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if any(item is None for item in batch) or self._stop.is_set():
+                for item in batch:
+                    if item is not None and item[0] == "complete":
+                        item[1].done.set_exception(errors.KubeletError("the kubelet is stopping"))
+                return
+            try:
+                self._handle(batch)
+            except Exception:
+                log.exception("pod_worker_crashed node=%s", self._node.name)
+
+    def _handle(self, batch: list[tuple[str, Any] | None]) -> None:
+        new: dict[str, Json] = {}
+        for item in batch:
+            if item is None:
+                continue
+            kind, payload = item
+            if kind == "list":
+                listed = {str(_meta(p).get("uid")): p for p in payload}
+                with self._lock:
+                    gone = [t.pod for uid, t in self._tracked.items() if uid not in listed]
+                for pod in gone:
+                    self._observe("DELETED", pod)
+                for pod in listed.values():
+                    if self._observe("ADDED", pod):
+                        new[str(_meta(pod).get("uid"))] = pod
+                continue
+            if kind == "event":
+                event, pod = payload
+                uid = str(_meta(pod).get("uid"))
+                if uid in new and event != "DELETED" and not _meta(pod).get("deletionTimestamp"):
+                    new[uid] = pod
+                    continue
+                self._admit_all(new)
+                if self._observe(event, pod):
+                    new[uid] = pod
+                continue
+            self._admit_all(new)
+            self._complete(payload)
+        self._admit_all(new)
+        self.synced.set()
+
+    def _observe(self, event: str, pod: Json) -> bool:
+        """Update what is known about a pod; True when it is new and must be admitted."""
+        meta = _meta(pod)
+        uid = str(meta.get("uid", ""))
+        if (pod.get("spec") or {}).get("nodeName") != self._node.name and event != "DELETED":
+            return False
+        with self._lock:
+            tracked = self._tracked.get(uid)
+            if tracked is not None:
+                tracked.pod = pod
+        if event == "DELETED":
+            self._release(uid, pod)
+            with self._lock:
+                self._tracked.pop(uid, None)
+            return False
+        if meta.get("deletionTimestamp"):
+            if tracked is None or tracked.state != "deleting":
+                self._release(uid, pod)
+                with self._lock:
+                    self._tracked[uid] = _Tracked(pod, "deleting")
+                self._finish_deletion(pod)
+            return False
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL:
+            if tracked is None or tracked.state != "finished":
+                self._release(uid, pod)
+                with self._lock:
+                    self._tracked[uid] = _Tracked(pod, "finished")
+            return False
+        if tracked is not None:
+            return False
+        if phase == "Running":
+            ip = (pod.get("status") or {}).get("podIP")
+            with self._lock:
+                self._tracked[uid] = _Tracked(pod, "running", str(ip) if ip else None)
+            log.info("pod_adopted pod=%s", _key(pod))
+            return False
+        return True
+
+    def _release(self, uid: str, pod: Json) -> None:
+        if self._devices.free_pod(uid):
+            log.info("pod_devices_freed pod=%s", _key(pod))
+        meta = _meta(pod)
+        self._records.remove(str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+    def _finish_deletion(self, pod: Json) -> None:
+        meta = _meta(pod)
+        try:
+            self._api.delete_pod(str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
+            log.info("pod_deleted pod=%s", _key(pod))
+        except errors.ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("pod_delete_failed pod=%s error=%s", _key(pod), exc)
+
+    # -- admission ---------------------------------------------------------------------
+
+    def _admit_all(self, new: dict[str, Json]) -> None:
+        pods = sorted(new.values(), key=admission.admission_order)
+        new.clear()
+        for pod in pods:
+            self._admit(pod)
+
+    def _free_ip(self) -> str:
+        with self._lock:
+            used = {t.ip for t in self._tracked.values() if t.ip}
+        for index, host in enumerate(self._network.hosts()):
+            if index > 0 and str(host) not in used:
+                return str(host)
+        return str(next(iter(self._network.hosts())))
+
+    def _admit(self, pod: Json) -> None:
+        meta = _meta(pod)
+        uid, namespace, name = (
+            str(meta.get("uid")),
+            str(meta.get("namespace")),
+            str(meta.get("name")),
+        )
+        outcome = admission.admit(pod, self._devices)
+        now = podstatus.timestamp()
+        if isinstance(outcome, admission.Rejected):
+            self._devices.free_pod(uid)
+            with self._lock:
+                self._tracked[uid] = _Tracked(pod, "finished")
+            log.info(
+                "pod_rejected pod=%s reason=%s message=%s",
+                _key(pod),
+                outcome.reason,
+                outcome.message,
+            )
+            self._write_status(pod, podstatus.rejected(pod, outcome.reason, outcome.message))
+            self._event(pod, outcome.reason, outcome.message)
+            return
+        entries = self._devices.entries(uid)
+        if entries:
+            self._records.put(
+                allocations.PodAllocation.from_entries(
+                    namespace, name, uid, self._node.name, entries
+                )
+            )
+        if isinstance(outcome, admission.StartFailed):
+            with self._lock:
+                self._tracked[uid] = _Tracked(pod, "start-failed")
+            reason = admission.CREATE_CONTAINER_CONFIG_ERROR
+            log.info(
+                "pod_start_failed pod=%s container=%s message=%s",
+                _key(pod),
+                outcome.container,
+                outcome.message,
+            )
+            status = podstatus.start_failed(
+                pod, self._node.ip, outcome.container, reason, outcome.message, now
+            )
+            self._write_status(pod, status)
+            self._event(pod, "Failed", f"Error: {outcome.message}")
+            return
+        ip = self._free_ip()
+        with self._lock:
+            self._tracked[uid] = _Tracked(pod, "running", ip)
+        log.info(
+            "pod_running pod=%s devices=%s",
+            _key(pod),
+            [(e.container, e.resource, e.ids()) for e in entries],
+        )
+        self._write_status(pod, podstatus.running(pod, self._node.ip, ip, now))
+
+    def _write_status(self, pod: Json, status: Json, attempts: int = 3) -> None:
+        meta = _meta(pod)
+        for attempt in range(attempts):
+            try:
+                self._api.patch_pod_status(str(meta["namespace"]), str(meta["name"]), status)
+                return
+            except errors.ApiError as exc:
+                if exc.not_found:
+                    self._release(str(meta.get("uid")), pod)
+                    with self._lock:
+                        self._tracked.pop(str(meta.get("uid")), None)
+                    return
+                if not exc.temporary or attempt == attempts - 1 or self._stop.is_set():
+                    log.warning("pod_status_write_failed pod=%s error=%s", _key(pod), exc)
+                    return
+                time.sleep(0.2 * (attempt + 1))
+
+    def _event(self, pod: Json, reason: str, message: str) -> None:
+        if not self._events_supported:
+            return
+        meta = _meta(pod)
+        now = podstatus.timestamp()
+        event = {
+            "metadata": {
+                "name": f"{meta.get('name')}.{time.time_ns():x}",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "kubelet", "host": self._node.name},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": "kubelet",
+            "reportingInstance": self._node.name,
+        }
+        try:
+            self._api.create_event(str(meta.get("namespace")), event)
+        except errors.ApiError as exc:
+            if exc.not_found and exc.message.startswith("the server could not find"):
+                self._events_supported = False
+            log.info("pod_event_not_recorded pod=%s error=%s", _key(pod), exc)
+
+    def _complete(self, request: _Complete) -> None:
+        with self._lock:
+            tracked = next(
+                (
+                    t
+                    for t in self._tracked.values()
+                    if _meta(t.pod).get("namespace") == request.namespace
+                    and _meta(t.pod).get("name") == request.name
+                    and t.state == "running"
+                ),
+                None,
+            )
+        if tracked is None:
+            request.done.set_exception(errors.PodNotFoundError(request.namespace, request.name))
+            return
+        pod = tracked.pod
+        uid = str(_meta(pod).get("uid"))
+        self._release(uid, pod)
+        with self._lock:
+            tracked.state = "finished"
+        self._write_status(pod, podstatus.completed(pod, request.exit_code, podstatus.timestamp()))
+        log.info("pod_completed pod=%s exit_code=%d", _key(pod), request.exit_code)
+        request.done.set_result(None)

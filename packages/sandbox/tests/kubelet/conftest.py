@@ -1,0 +1,239 @@
+"""Fixtures for the simulated kubelet's tests: short socket directories and a minimal device plugin.
+
+The plugin is a real gRPC server on a unix socket built from vnpu-kubelet-api's stubs: it
+registers with a kubelet socket, streams its device list, and answers GetPreferredAllocation,
+Allocate and PreStartContainer, recording every request so tests can check what the kubelet
+sent. Socket paths must stay under ~100 bytes, so directories are made under /tmp directly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from vnpu_kubelet_api import constants
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+
+
+class Plugin(api_pb2_grpc.DevicePluginServicer):
+    """A device plugin for tests; ``devices`` maps id -> healthy."""
+
+    def __init__(
+        self,
+        plugin_dir: Path,
+        resource: str,
+        devices: dict[str, bool],
+        *,
+        endpoint: str = "",
+        preferred: Callable[[list[str], int], list[str]] | None = None,
+        pre_start: bool = False,
+        allocate_error: str = "",
+        numa: dict[str, int] | None = None,
+    ) -> None:
+        self.plugin_dir = plugin_dir
+        self.resource = resource
+        self.endpoint = endpoint or resource.replace("/", "-") + ".sock"
+        self.devices = dict(devices)
+        self.preferred_fn = preferred
+        self.pre_start = pre_start
+        self.allocate_error = allocate_error
+        self.numa = numa or {}
+        self.requests: list[tuple[str, Any]] = []
+        self._changed = threading.Condition()
+        self._version = 0
+        self._end_streams = False
+        self._server: grpc.Server | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.plugin_dir / self.endpoint
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def serve(self) -> Plugin:
+        self.socket.unlink(missing_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self._server = server
+        self._end_streams = False
+        return self
+
+    def register(self, *, version: str = constants.VERSION, resource: str | None = None) -> None:
+        kubelet = self.plugin_dir / constants.KUBELET_SOCKET_NAME
+        with grpc.insecure_channel(f"unix://{kubelet}") as channel:
+            api_pb2_grpc.RegistrationStub(channel).Register(
+                api_pb2.RegisterRequest(
+                    version=version,
+                    endpoint=self.endpoint,
+                    resource_name=self.resource if resource is None else resource,
+                    options=self.options(),
+                ),
+                timeout=10,
+            )
+
+    def stop(self, *, remove_socket: bool = True) -> None:
+        self.end_streams()
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+            self._server = None
+        if remove_socket:
+            self.socket.unlink(missing_ok=True)
+
+    def set_health(self, device_id: str, healthy: bool) -> None:
+        with self._changed:
+            self.devices[device_id] = healthy
+            self._version += 1
+            self._changed.notify_all()
+
+    def end_streams(self) -> None:
+        with self._changed:
+            self._end_streams = True
+            self._changed.notify_all()
+
+    def calls(self, method: str) -> list[Any]:
+        return [request for name, request in self.requests if name == method]
+
+    # -- the DevicePlugin service -----------------------------------------------------
+
+    def options(self) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=self.pre_start,
+            get_preferred_allocation_available=self.preferred_fn is not None,
+        )
+
+    def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> api_pb2.DevicePluginOptions:
+        return self.options()
+
+    def _list(self) -> api_pb2.ListAndWatchResponse:
+        devices = []
+        for device_id, healthy in sorted(self.devices.items()):
+            device = api_pb2.Device(
+                ID=device_id, health=constants.HEALTHY if healthy else constants.UNHEALTHY
+            )
+            if device_id in self.numa:
+                device.topology.nodes.append(api_pb2.NUMANode(ID=self.numa[device_id]))
+            devices.append(device)
+        return api_pb2.ListAndWatchResponse(devices=devices)
+
+    def ListAndWatch(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        with self._changed:
+            seen = self._version
+            response = self._list()
+        yield response
+        while context.is_active():
+            with self._changed:
+                self._changed.wait_for(self._moved_on(seen), 0.1)
+                if self._end_streams:
+                    return
+                if self._version == seen:
+                    continue
+                seen = self._version
+                response = self._list()
+            yield response
+
+    def _moved_on(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._version != seen or self._end_streams
+
+    def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreferredAllocationResponse:
+        self.requests.append(("GetPreferredAllocation", request))
+        assert self.preferred_fn is not None
+        responses = [
+            api_pb2.ContainerPreferredAllocationResponse(
+                deviceIDs=self.preferred_fn(list(r.available_deviceIDs), r.allocation_size)
+            )
+            for r in request.container_requests
+        ]
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        self.requests.append(("Allocate", request))
+        if self.allocate_error:
+            context.abort(grpc.StatusCode.INTERNAL, self.allocate_error)
+        responses = []
+        for r in request.container_requests:
+            ids = list(r.devices_ids)
+            responses.append(
+                api_pb2.ContainerAllocateResponse(
+                    envs={"VISIBLE_DEVICES": ",".join(ids)},
+                    mounts=[
+                        api_pb2.Mount(
+                            container_path="/opt/lib", host_path="/opt/lib", read_only=True
+                        )
+                    ],
+                    devices=[
+                        api_pb2.DeviceSpec(
+                            container_path=f"/dev/{i}", host_path=f"/dev/{i}", permissions="rw"
+                        )
+                        for i in ids
+                    ],
+                    annotations={"test/devices": ",".join(ids)},
+                    cdi_devices=[api_pb2.CDIDevice(name=f"example.com/dev={i}") for i in ids],
+                )
+            )
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreStartContainerResponse:
+        self.requests.append(("PreStartContainer", request))
+        return api_pb2.PreStartContainerResponse()
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory for unix sockets (``/tmp/vkXXXXXX``)."""
+    path = Path(tempfile.mkdtemp(prefix="vk", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_plugin(sock_dir: Path) -> Iterator[Callable[..., Plugin]]:
+    """Build and serve plugins in ``<sock_dir>/plugins``; all are stopped at the end."""
+    made: list[Plugin] = []
+
+    def make(resource: str, devices: dict[str, bool], **kwargs: Any) -> Plugin:
+        plugin = Plugin(sock_dir / "plugins", resource, devices, **kwargs).serve()
+        made.append(plugin)
+        return plugin
+
+    (sock_dir / "plugins").mkdir(exist_ok=True)
+    yield make
+    for plugin in made:
+        plugin.stop()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+    """Poll ``predicate`` every 20 ms until it is truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+@pytest.fixture
+def wait() -> Callable[..., None]:
+    return wait_until
