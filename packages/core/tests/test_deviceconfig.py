@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -507,6 +508,29 @@ def test_vnpu_keys_are_carried_and_a_custom_base_is_honoured() -> None:
     (model,) = loaded.catalog.models
     assert (model.name, model.server, model.max_vnpus) == ("310P-duo", "300i-duo", 6)
     assert model.media == catalog.Media(vpc=10, vdec=10, jpegd=16, jpege=8, venc=3)
+
+
+def test_the_documented_full_example_loads_as_the_page_says() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "device-config.md").read_text(encoding="utf-8")
+    example = page.split("## Full example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    loaded = deviceconfig.load(example, source="device-config.yaml")
+    assert loaded.warnings == ()
+    assert loaded.catalog.soft_mode_default is False
+    assert _model(loaded, "Ascend910B3").aicpu == 7
+    p310 = _model(loaded, "Ascend310P")
+    assert len(p310.templates) == 5
+    for template in p310.templates[:3]:
+        assert template == _builtin("Ascend310P").template(template.name)
+    b5 = _model(loaded, "Ascend910B5")
+    assert (b5.name, b5.memory_resource, b5.max_vnpus) == (
+        "910B5",
+        "huawei.com/Ascend910B5-memory",
+        8,
+    )
+    mentioned = {"Ascend910B3", "Ascend310P", "Ascend910B5"}
+    for model in catalog.BUILTIN:
+        if model.common_word not in mentioned:
+            assert _model(loaded, model.common_word) is model
 
 
 # -- warnings ------------------------------------------------------------------------------
