@@ -1,0 +1,12 @@
+"""The NPU access layer: what vnpu needs from the Ascend driver, behind one protocol.
+
+* ``backend`` - the ``Backend`` protocol and the frozen values it returns.
+* ``errors`` - the error hierarchy and the translation of DCMI return codes.
+* ``faults`` - DCMI health and fault codes to fault levels and Healthy/Unhealthy.
+* ``limits`` - vNPU id ranges and which budget a chip lacks for a template (both backends).
+* ``dcmi`` - the real backend: ``libdcmi.so`` through ctypes.
+* ``sim`` - the simulated backend over a directory, with fault and load injection.
+
+The device plugin and the exporter both import this package, so it stays free of gRPC,
+Kubernetes and Prometheus (an import-linter contract checks it).
+"""
