@@ -48,6 +48,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         self.allocate_error = allocate_error
         self.numa = numa or {}
         self.requests: list[tuple[str, Any]] = []
+        self.before_allocate: Callable[[], None] | None = None
+        """Called at the start of every Allocate (a test can block it to hold the kubelet up)."""
         self._changed = threading.Condition()
         self._version = 0
         self._end_streams = False
@@ -165,6 +167,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
     def Allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
+        if self.before_allocate is not None:
+            self.before_allocate()
         self.requests.append(("Allocate", request))
         if self.allocate_error:
             context.abort(grpc.StatusCode.INTERNAL, self.allocate_error)

@@ -46,6 +46,11 @@ def client_for_host(url: str) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def close_client(api: client.ApiClient) -> None:
+    """Release the client's connection pool (the client's own ``close`` carries no type hints)."""
+    api.close()  # type: ignore[no-untyped-call]
+
+
 def _message(exc: exceptions.ApiException) -> str:
     body: object = exc.body
     if isinstance(body, bytes):

@@ -93,15 +93,22 @@ class Kubelet:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self, sync_timeout: float = 10.0) -> None:
-        """Bring the node up; returns once the pods already bound to it have been handled."""
-        self._plugin_dir.mkdir(parents=True, exist_ok=True)
-        registration.remove_sockets(self._plugin_dir)
-        self.devices.restore()
-        self._publisher.register()
-        self._publisher.start()
-        self._serve()
-        self._worker.start()
+        """Bring the node up; returns once the pods already bound to it have been handled.
+
+        A failure (API unreachable, directory not writable) stops what was started and raises.
+        """
         self._running = True
+        try:
+            self._plugin_dir.mkdir(parents=True, exist_ok=True)
+            registration.remove_sockets(self._plugin_dir)
+            self.devices.restore()
+            self._publisher.register()
+            self._publisher.start()
+            self._serve()
+            self._worker.start()
+        except BaseException:
+            self.stop()
+            raise
         if not self._worker.synced.wait(sync_timeout):
             log.warning("pods_not_synced node=%s timeout_seconds=%s", self.name, sync_timeout)
         log.info("kubelet_started node=%s plugin_dir=%s", self.name, self._plugin_dir)

@@ -216,17 +216,33 @@ class PodWorker:
             if kind == "event":
                 event, pod = payload
                 uid = str(_meta(pod).get("uid"))
-                if uid in new and event != "DELETED" and not _meta(pod).get("deletionTimestamp"):
-                    new[uid] = pod
+                if self._is_new(event, pod) or (uid in new and self._is_pending(event, pod)):
+                    new[uid] = pod  # consecutive new pods are admitted together, in order
                     continue
                 self._admit_all(new)
-                if self._observe(event, pod):
-                    new[uid] = pod
+                self._observe(event, pod)
                 continue
             self._admit_all(new)
             self._complete(payload)
         self._admit_all(new)
         self.synced.set()
+
+    def _is_pending(self, event: str, pod: Json) -> bool:
+        """A live, unfinished, not yet running pod of this node."""
+        phase = (pod.get("status") or {}).get("phase")
+        return (
+            event != "DELETED"
+            and (pod.get("spec") or {}).get("nodeName") == self._node.name
+            and not _meta(pod).get("deletionTimestamp")
+            and phase not in TERMINAL
+            and phase != "Running"
+        )
+
+    def _is_new(self, event: str, pod: Json) -> bool:
+        """A pending pod this kubelet has not seen yet (``_observe`` would return True)."""
+        with self._lock:
+            known = str(_meta(pod).get("uid", "")) in self._tracked
+        return not known and self._is_pending(event, pod)
 
     def _observe(self, event: str, pod: Json) -> bool:
         """Update what is known about a pod; True when it is new and must be admitted."""
