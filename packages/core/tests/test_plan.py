@@ -516,3 +516,16 @@ def test_find_model_accepts_model_name_common_word_and_chip_name() -> None:
         assert found is not None
         assert found.name == name
     assert planfiles.find_model(MODELS, "310P") is None
+
+
+def test_identical_empty_nodes_are_answered_alike_and_uuid_lists_still_count() -> None:
+    nodes = [node(f"duo-{i}") for i in range(4)]
+    # An empty node stands for the others of its shape: the rejection counts all four.
+    made = run(nodes, [pod("big", count=3)])
+    assert made.refusals[0].message.startswith("0/4 nodes are available: 4 Ascend310P:")
+    # A UUID list picks one chip on the last node: every node must really be asked.
+    pinned = pod(
+        "pinned", memory=3000, annotations={"hami.io/use-Ascend310P-uuid": "duo-3-Ascend310P-1"}
+    )
+    made = run(nodes, [pinned, pod("free", memory=3000)])
+    assert where(made) == [("pinned", "duo-3", (1,)), ("free", "duo-3", (1,))]

@@ -115,15 +115,31 @@ class _Simulation:
     def fit(
         self, request: requests.PodRequest, policy: requests.Policy
     ) -> tuple[allocator.Assignment | None, list[allocator.Rejection]]:
-        """The winning assignment (highest score, then node name) and every node's rejection."""
+        """The winning assignment (highest score, then node name) and every node's rejection.
+
+        Empty nodes of one shape give the same answer, so only the first by name is asked:
+        a later one cannot win a tie, and its rejection is the first one's under its name.
+        Pods with UUID lists are asked on every node (the lists name single chips).
+        """
         best: allocator.Assignment | None = None
         rejections: list[allocator.Rejection] = []
+        by_shape: dict[tuple[object, ...], allocator.Rejection | None] = {}
+        shared = not (request.use_uuids or request.no_use_uuids)
         for name in sorted(self.nodes):
-            outcome = allocator.fit(self.nodes[name], self.usage[name], request, policy)
+            node = self.nodes[name]
+            shape = _shape_key(node) if shared and not self.bound[name] else None
+            if shape is not None and shape in by_shape:
+                first = by_shape[shape]
+                if first is not None:
+                    rejections.append(dataclasses.replace(first, node=name))
+                continue
+            outcome = allocator.fit(node, self.usage[name], request, policy)
             if isinstance(outcome, allocator.Rejection):
                 rejections.append(outcome)
             elif best is None or outcome.score > best.score:
                 best = outcome
+            if shape is not None:
+                by_shape[shape] = outcome if isinstance(outcome, allocator.Rejection) else None
         return best, rejections
 
     def bind(self, pod: Mapping[str, Any], assignment: allocator.Assignment) -> None:
@@ -155,6 +171,12 @@ class _Simulation:
             soft_slices=sum(u.soft_slices for u in held),
             pods=len(self.bound[name]),
         )
+
+
+def _shape_key(node: inventory.Node) -> tuple[object, ...]:
+    """What an empty node's answer depends on: its chips, their health, server and mode."""
+    chips = tuple((c.model.common_word, c.healthy, c.slots, c.memory_mib) for c in node.chips)
+    return (chips, node.topology, node.soft)
 
 
 def refusal_reason(

@@ -250,10 +250,12 @@ def _copies(read: _Reader, at: str, kind: str, spec: Mapping[str, Any]) -> int:
     return read.integer(f"{at}.spec.replicas", spec.get("replicas", 1), 0, MAX_REPLICAS)
 
 
-def _objects(read: _Reader, documents: Sequence[object]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _objects(
+    read: _Reader, documents: Sequence[object], lines: Sequence[int] | None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every manifest object with its path, List items expanded; empty documents skipped."""
     for i, document in enumerate(documents):
-        at = f"documents[{i}]"
+        at = f"documents[{i}]" + (f" (line {lines[i]})" if lines and i < len(lines) else "")
         if document is None:
             continue
         obj = read.mapping(at, document)
@@ -264,15 +266,23 @@ def _objects(read: _Reader, documents: Sequence[object]) -> Iterator[tuple[str, 
             yield f"{at}.items[{j}]", read.mapping(f"{at}.items[{j}]", item)
 
 
-def read_workload(documents: Sequence[object], source: str, models: catalog.Catalog) -> Workload:
-    """The pods the manifests create, in file order. Raises InputFileError naming path and value."""
+def read_workload(
+    documents: Sequence[object],
+    source: str,
+    models: catalog.Catalog,
+    lines: Sequence[int] | None = None,
+) -> Workload:
+    """The pods the manifests create, in file order. Raises InputFileError naming path and value.
+
+    ``lines`` (the line each document starts on) makes paths read ``documents[2] (line 31)``.
+    """
     read = _Reader(source)
     pods: list[WorkloadPod] = []
     notes: list[str] = []
     seen: dict[tuple[str, str], str] = {}
     meta: object
     spec: object
-    for at, obj in _objects(read, documents):
+    for at, obj in _objects(read, documents, lines):
         kind = read.text(f"{at}.kind", obj.get("kind"))
         metadata = read.mapping(f"{at}.metadata", obj.get("metadata"), required=False)
         name = read.text(f"{at}.metadata.name", metadata.get("name"))

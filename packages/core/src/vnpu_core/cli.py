@@ -1,0 +1,377 @@
+"""The ``vnpu`` command line; ``vnpu plan`` shows where a workload's pods would go.
+
+``vnpu plan --cluster CLUSTER.yaml --workload WORKLOAD.yaml`` reads both files (and an
+optional HAMi device-config), parses the YAML, hands the documents to
+``vnpu_core.planfiles`` and ``vnpu_core.plan``, and prints the plan as aligned plain-text
+tables or, with ``--json``, as one JSON object. This is the only module of vnpu-core that
+touches files. Exit status: 0 when the plan was made (even if some pods are rejected), 2
+when an input is bad, with one line on stderr naming the file, the path inside it and the
+value. The ``vnpu`` console script (packages/core/pyproject.toml) calls ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Hashable, Sequence
+from typing import Any, TextIO
+
+import yaml
+
+import vnpu_core
+from vnpu_core import allocator, catalog, deviceconfig, errors, plan, planfiles, requests
+
+EXIT_OK = 0
+EXIT_INPUT = 2
+_VALUE_WIDTH = 80
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Plain YAML data, refusing a key given twice in one mapping (a silent overwrite)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"key {key!r} is given twice",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except UnicodeDecodeError as exc:
+        raise errors.InputFileError(
+            path, f"byte {exc.start}", exc.object[exc.start : exc.start + 1], "is not UTF-8"
+        ) from exc
+    except OSError as exc:
+        raise errors.InputFileError(
+            path, "(file)", path, f"cannot be read: {exc.strerror}"
+        ) from exc
+
+
+def _yaml(text: str, source: str, many: bool) -> tuple[list[object], list[int]]:
+    """The documents of a YAML text and the line each one's content starts on.
+
+    A syntax error names the line, the column and that line's text.
+    """
+    loader = _StrictLoader(text)
+    try:
+        if not many:
+            return [loader.get_single_data()], [1]
+        documents: list[object] = []
+        lines: list[int] = []
+        while loader.check_node():
+            node = loader.get_node()
+            lines.append(node.start_mark.line + 1 if node is not None else 0)
+            documents.append(None if node is None else loader.construct_document(node))
+        return documents, lines
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = ", ".join(part for part in (exc.context, exc.problem) if part) or "malformed"
+        if mark is None:
+            raise errors.InputFileError(source, "(file)", "", f"YAML syntax error: {what}") from exc
+        all_lines = text.splitlines()
+        line = all_lines[mark.line].strip() if mark.line < len(all_lines) else ""
+        path = f"line {mark.line + 1}, column {mark.column + 1}"
+        raise errors.InputFileError(source, path, line, f"YAML syntax error: {what}") from exc
+    except yaml.YAMLError as exc:
+        raise errors.InputFileError(source, "(file)", "", f"YAML error: {exc}") from exc
+    except RecursionError as exc:
+        raise errors.InputFileError(source, "(file)", "", "YAML nested too deeply") from exc
+    finally:
+        loader.dispose()
+
+
+def _models(path: str | None) -> tuple[catalog.Catalog, tuple[str, ...]]:
+    if path is None:
+        return catalog.BUILTIN, ()
+    try:
+        loaded = deviceconfig.load(_read_text(path), path)
+    except errors.ConfigError as exc:
+        raise errors.InputFileError(path, exc.path, exc.value, exc.problem) from exc
+    return loaded.catalog, tuple(f"device config: {w}" for w in loaded.warnings)
+
+
+def make_plan(
+    cluster_path: str, workload_path: str, policy: requests.Policy, device_config: str | None
+) -> plan.Plan:
+    """Read the files and plan. Raises InputFileError for any bad input."""
+    models, config_notes = _models(device_config)
+    (cluster_doc,), _ = _yaml(_read_text(cluster_path), cluster_path, many=False)
+    cluster = planfiles.read_cluster(cluster_doc, cluster_path, models)
+    documents, lines = _yaml(_read_text(workload_path), workload_path, many=True)
+    workload = planfiles.read_workload(documents, workload_path, models, lines)
+    made = plan.place(cluster, workload, models, policy)
+    return plan.Plan(
+        made.policy,
+        made.placements,
+        made.refusals,
+        made.nodes,
+        made.summary,
+        config_notes + made.notes,
+    )
+
+
+# --- rendering --------------------------------------------------------------------------
+
+
+def _device(grant: allocator.Grant) -> dict[str, object]:
+    kind = "soft" if grant.soft else ("whole" if grant.template is None else "vnpu")
+    return {
+        "chip": grant.chip,
+        "uuid": grant.uuid,
+        "template": grant.template,
+        "memory_mib": grant.memory_mib,
+        "cores": grant.cores,
+        "kind": kind,
+    }
+
+
+def to_json(made: plan.Plan) -> dict[str, object]:
+    """The plan as one JSON-ready object (the schema is in docs/planner.md)."""
+    placed = [
+        {
+            "pod": p.pod,
+            "namespace": p.namespace,
+            "node": p.assignment.node,
+            "score": p.assignment.score,
+            "containers": [
+                {"name": c.container, "init": c.init, "devices": [_device(g) for g in c.grants]}
+                for c in p.assignment.containers
+            ],
+        }
+        for p in made.placements
+    ]
+    rejected = [
+        {"pod": r.pod, "namespace": r.namespace, "reason": r.reason.value, "message": r.message}
+        for r in made.refusals
+    ]
+    s = made.summary
+    summary = {
+        "pods": s.pods,
+        "placed": s.placed,
+        "rejected": s.rejected,
+        "chips_used": s.chips_used,
+        "chips_total": s.chips_total,
+        "whole_chip_chips": s.whole_chip_chips,
+        "whole_chip_pods": s.whole_chip_pods,
+        "whole_chip_nodes": s.whole_chip_nodes,
+        "whole_chip_extra_nodes": s.whole_chip_extra_nodes,
+    }
+    nodes = [
+        {
+            "name": n.name,
+            "model": n.model,
+            "server": n.server,
+            "mode": "soft" if n.soft else "hard",
+            "chips": n.chips,
+            "chips_used": n.chips_used,
+            "whole_chips": n.whole_chips,
+            "vnpus": n.vnpus,
+            "soft_slices": n.soft_slices,
+            "pods": n.pods,
+        }
+        for n in made.nodes
+    ]
+    return {
+        "policy": made.policy.value,
+        "placed": placed,
+        "rejected": rejected,
+        "summary": summary,
+        "nodes": nodes,
+        "notes": list(made.notes),
+    }
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], right: int = 99) -> list[str]:
+    """Aligned columns; columns from index ``right`` on are right-aligned (numbers)."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        parts = [
+            c.rjust(w) if i >= right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _chips(indices: Sequence[int]) -> str:
+    """Chip indices as ``0-3,6``."""
+    ordered = sorted(set(indices))
+    spans: list[str] = []
+    start = prev = ordered[0]
+    for i in [*ordered[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(spans)
+
+
+def _devices(grants: Sequence[allocator.Grant]) -> str:
+    first = grants[0]
+    if first.soft:
+        each = f"soft {first.memory_mib} MiB {first.cores}%"
+        return each if len(grants) == 1 else f"{len(grants)}x {each}"
+    if first.template is None:
+        return "whole chip" if len(grants) == 1 else f"{len(grants)} whole chips"
+    return ", ".join(g.template or "" for g in grants)
+
+
+def _pod_name(pod: str, namespace: str) -> str:
+    return pod if namespace == "default" else f"{namespace}/{pod}"
+
+
+def _placement_row(p: plan.Placement) -> list[str]:
+    used = [c for c in p.assignment.containers if c.grants]
+    described = [_devices(c.grants) + (" (init)" if c.init else "") for c in used]
+    if len(used) > 1:
+        described = [f"{c.container}: {d}" for c, d in zip(used, described, strict=True)]
+    chips = _chips([g.chip for c in used for g in c.grants])
+    return [_pod_name(p.pod, p.namespace), p.assignment.node, chips, "; ".join(described)]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _summary(s: plan.Summary) -> list[str]:
+    placed = f"{s.pods}: {s.placed} placed, {s.rejected} rejected"
+    used = f"{s.chips_used} of {s.chips_total} ({s.chips_total - s.chips_used} idle)"
+    extra = s.whole_chip_extra_nodes
+    where = _count(s.whole_chip_nodes, "node")
+    where += f", {extra} more than the cluster has" if extra else ""
+    chips = _count(s.whole_chip_chips, "whole chip")
+    whole = f"{chips} for {_count(s.whole_chip_pods, 'pod')} on {where}"
+    unplaceable = s.pods - s.whole_chip_pods
+    if unplaceable:
+        whole += f"; {unplaceable} fit no node even when it is empty"
+    rows = [("pods", placed), ("chips used", used), ("without sharing", whole)]
+    return [f"  {label:<16} {text}" for label, text in rows]
+
+
+def to_text(made: plan.Plan) -> str:
+    """The plan as plain-text tables: placements, rejections, nodes, summary, notes."""
+    out = [
+        f"vnpu plan: {len(made.nodes)} nodes, {made.summary.pods} pods, policy {made.policy.value}",
+        "",
+    ]
+    out.append(f"PLACED ({len(made.placements)})")
+    if made.placements:
+        rows = [_placement_row(p) for p in made.placements]
+        out += _table(["POD", "NODE", "CHIPS", "DEVICES"], rows)
+    out += ["", f"REJECTED ({len(made.refusals)})"]
+    if made.refusals:
+        rows = [[_pod_name(r.pod, r.namespace), r.reason.value, r.message] for r in made.refusals]
+        out += _table(["POD", "REASON", "MESSAGE"], rows)
+    out += ["", "NODES"]
+    header = ["NODE", "CHIP", "SERVER", "MODE", "PODS", "CHIPS USED", "WHOLE", "VNPUS", "SLICES"]
+    node_rows: list[list[object]] = [
+        [
+            n.name,
+            n.model,
+            n.server,
+            "soft" if n.soft else "hard",
+            n.pods,
+            f"{n.chips_used}/{n.chips}",
+            n.whole_chips,
+            n.vnpus,
+            n.soft_slices,
+        ]
+        for n in made.nodes
+    ]
+    out += _table(header, node_rows, right=4)
+    out += ["", "SUMMARY", *_summary(made.summary)]
+    if made.notes:
+        out += ["", "NOTES", *(f"  - {note}" for note in made.notes)]
+    return "\n".join(out) + "\n"
+
+
+# --- entry point ------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vnpu", description="vnpu: share Ascend NPUs between Kubernetes pods."
+    )
+    parser.add_argument("--version", action="version", version=f"vnpu {vnpu_core.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    planner = commands.add_parser(
+        "plan",
+        help="place a workload on a cluster and show what fits",
+        description="Place the workload's pods, in file order, on the cluster with the vnpu allocator; "
+        "report placements, rejections with reasons, and the whole chips the same workload needs without sharing.",
+    )
+    planner.add_argument(
+        "--cluster",
+        required=True,
+        metavar="FILE",
+        help="cluster file: nodes with chip model, count, server, mode",
+    )
+    planner.add_argument(
+        "--workload",
+        required=True,
+        metavar="FILE",
+        help="Kubernetes manifests (Pods, Deployments, Jobs, ...)",
+    )
+    planner.add_argument(
+        "--policy",
+        default=requests.Policy.DEFAULT.value,
+        choices=[p.value for p in requests.Policy],
+        help="chip and node policy (default %(default)s); a pod's own policy annotations win",
+    )
+    planner.add_argument(
+        "--device-config",
+        metavar="FILE",
+        help="HAMi device-config YAML (vnpus: ...) overriding the built-in chip models",
+    )
+    planner.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of tables"
+    )
+    return parser
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _VALUE_WIDTH else shown[: _VALUE_WIDTH - 3] + "..."
+
+
+def main(
+    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Run the command line; returns the exit status."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command != "plan":
+        parser.print_help(err)
+        return EXIT_INPUT
+    try:
+        made = make_plan(
+            args.cluster, args.workload, requests.Policy(args.policy), args.device_config
+        )
+    except errors.InputFileError as exc:
+        err.write(f"vnpu plan: {exc.file}: {exc.path}: {exc.problem} (got {_short(exc.value)})\n")
+        return EXIT_INPUT
+    text = json.dumps(to_json(made), indent=2) + "\n" if args.json else to_text(made)
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:  # `vnpu plan ... | head`: the reader has gone, nothing to report
+        return EXIT_OK
+    return EXIT_OK
