@@ -48,12 +48,8 @@ def resolve(path: str) -> Target | None:
     if not rest or any(not p for p in rest):
         return None
     namespace: str | None = None
-    if (
-        rest[0] == "namespaces"
-        and group == ""
-        and len(rest) >= 3
-        and rest[2] not in ("status", "finalize")
-    ):
+    own_subresource = group == "" and len(rest) == 3 and rest[2] in ("status", "finalize")
+    if rest[0] == "namespaces" and len(rest) >= 3 and not own_subresource:
         namespace, rest = rest[1], rest[2:]
         if rest == ["bindings"] and not legacy_watch:
             return Target(resources.PODS, namespace, bindings=True)
