@@ -1,0 +1,41 @@
+"""``vnpu-scheduler``: read the settings, connect to the cluster, serve until told to stop.
+
+Exit status 2 means a setting (flag, environment variable, kubeconfig, device-config
+file) is invalid; the message on stderr names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from vnpu_scheduler import app, cluster, errors, logs, server, settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = settings.from_args(argv)
+    except errors.SettingsError as exc:
+        print(f"vnpu-scheduler: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(config.log_level)
+    log = structlog.get_logger("vnpu_scheduler")
+    try:
+        api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, config.api_threads)
+        application = app.build(config, api)
+    except errors.SettingsError as exc:
+        log.error("bad_setting", field=exc.field, value=str(exc.value), problem=exc.problem)
+        print(f"vnpu-scheduler: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(server.serve(application, config))
+    finally:
+        api.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""The FastAPI application: routes, start-up and shutdown of the caches, one log line per request.
+
+``build`` wires the parts from ``settings.Settings``: the API adapter (``cluster``), the node
+cache and its informers, the device-config source, the extender, the binder with its node
+locks, the webhook and the metrics. ``server`` serves the app with uvicorn. Routes:
+
+* ``POST /filter``, ``/prioritize``, ``/bind``: kube-scheduler's extender verbs;
+* ``POST /mutate``, ``/validate``: admission.k8s.io/v1 webhooks for pods;
+* ``GET /healthz`` (the process answers), ``/readyz`` (caches synced, config loaded;
+  the body says which and shows a rejected config reload), ``/metrics``.
+
+A malformed body is answered with HTTP 400 and the verb's error shape naming the field;
+nothing about the request is written anywhere. Blocking Kubernetes calls run in a thread
+pool of ``api_threads`` workers, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import fastapi
+import prometheus_client
+import structlog
+from fastapi import responses
+
+from vnpu_core import inventory
+from vnpu_scheduler import (
+    binder,
+    cache,
+    cluster,
+    configsource,
+    errors,
+    extender,
+    informer,
+    metrics,
+    nodelock,
+    settings,
+    webhook,
+    wire,
+)
+
+Json = dict[str, Any]
+log = structlog.get_logger(__name__)
+
+
+def _json(document: object, status: int = 200) -> fastapi.Response:
+    return fastapi.Response(json.dumps(document), status, media_type="application/json")
+
+
+class Service:
+    """The scheduler's parts, built once per process (or per test)."""
+
+    def __init__(
+        self,
+        config: settings.Settings,
+        api: cluster.Cluster,
+        registry: prometheus_client.CollectorRegistry,
+    ) -> None:
+        self.settings = config
+        self.api = api
+        self.stats = metrics.Metrics(registry)
+        timeout = timedelta(seconds=config.handshake_timeout)
+        self.config = configsource.ConfigSource(config.device_config, self.stats)
+        self.cache = cache.ClusterCache(self.config.catalog, timeout)
+        self.config.on_change = self.cache.set_catalog
+        self.executor = ThreadPoolExecutor(config.api_threads, thread_name_prefix="kube-api")
+        self.extender = extender.Extender(self.cache, config.policy, self.stats, config.fit_memo)
+        self.locks = nodelock.NodeLocks(
+            api, self.run, self.stats, config.lock_ttl, config.lock_wait, config.bind_attempts
+        )
+        self.binder = binder.Binder(
+            api,
+            self.cache,
+            self.locks,
+            self.run,
+            self.stats,
+            config.policy,
+            timeout,
+            config.bind_attempts,
+            config.release_lock_after_bind,
+        )
+        self.webhook = webhook.Webhook(lambda: self.cache.catalog, config.scheduler_name)
+        self.informers = [
+            informer.Informer(
+                "nodes",
+                api,
+                self.cache.replace_nodes,
+                self.cache.upsert_node,
+                self.cache.remove_node,
+                self.stats,
+                config.watch_timeout,
+            ),
+            informer.Informer(
+                "pods",
+                api,
+                self.cache.replace_pods,
+                self.cache.upsert_pod,
+                self.cache.remove_pod,
+                self.stats,
+                config.watch_timeout,
+            ),
+        ]
+        registry.register(metrics.AllocationCollector(self.allocations))
+
+    async def run(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking call in the API thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(call, *args))
+
+    def allocations(self) -> Iterator[metrics.ChipAllocation]:
+        """Per-chip usage of every available node (read on each scrape)."""
+        counts = dict.fromkeys(("available", "unavailable", "usage_unknown"), 0)
+        found: list[metrics.ChipAllocation] = []
+        for state in self.cache.all_states():
+            node = state.read.node
+            if node is None:
+                counts["unavailable"] += 1
+                continue
+            counts["usage_unknown" if state.usage.problems else "available"] += 1
+            for chip in node.chips:
+                used = state.usage.usage.get(chip.uuid)
+                found.append(metrics.ChipAllocation(state.name, chip, used or inventory.IDLE))
+        for label, count in counts.items():
+            self.stats.nodes.labels(label).set(count)
+        return iter(found)
+
+    def readiness(self) -> tuple[bool, Json]:
+        status = self.config.status
+        ready = self.cache.synced and status.loaded
+        return ready, {
+            "ready": ready,
+            "cache": {
+                "nodes_synced": self.cache.nodes_synced.is_set(),
+                "pods_synced": self.cache.pods_synced.is_set(),
+            },
+            "device_config": {
+                "source": status.source,
+                "loaded": status.loaded,
+                "digest": status.digest,
+                "last_reload_error": status.error,
+            },
+        }
+
+    async def poll_config(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.config_poll_seconds)
+            await self.run(self.config.poll)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _: fastapi.FastAPI) -> AsyncIterator[None]:
+        for item in self.informers:
+            item.start()
+        poller = asyncio.get_running_loop().create_task(self.poll_config())
+        log.info("scheduler_started", policy=self.settings.policy.value)
+        try:
+            yield
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+            await self.binder.drain()
+            for item in self.informers:
+                await asyncio.to_thread(item.stop)
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _observe(stats: metrics.Metrics, verb: str, **fields: Any) -> Iterator[Json]:
+    """Time one request, count it, and log one line with what ``fields`` collected."""
+    start = time.perf_counter()
+    structlog.contextvars.bind_contextvars(verb=verb, **fields)
+    result: Json = {"outcome": "ok"}
+    try:
+        yield result
+    except errors.BadRequest as exc:
+        result["outcome"] = "bad_request"
+        result["error"] = str(exc)
+        raise
+    finally:
+        took = time.perf_counter() - start
+        stats.requests.labels(verb, result["outcome"]).inc()
+        stats.duration.labels(verb).observe(took)
+        fields_out = {k: v for k, v in result.items() if k != "outcome"}
+        log.info(
+            "request", outcome=result["outcome"], duration_seconds=round(took, 6), **fields_out
+        )
+        structlog.contextvars.clear_contextvars()
+
+
+def _pod_name(pod: Json) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def build(
+    config: settings.Settings,
+    api: cluster.Cluster,
+    registry: prometheus_client.CollectorRegistry | None = None,
+) -> fastapi.FastAPI:
+    """The application over ``api``; ``registry`` collects its metrics (a new one when None)."""
+    service = Service(config, api, registry or prometheus_client.CollectorRegistry())
+    app = fastapi.FastAPI(
+        title="vnpu-scheduler", lifespan=service.lifespan, docs_url=None, redoc_url=None
+    )
+    app.state.service = service
+    _extender_routes(app, service)
+    _admission_routes(app, service)
+    _probe_routes(app, service)
+    return app
+
+
+def _extender_routes(app: fastapi.FastAPI, service: Service) -> None:
+    stats = service.stats
+
+    @app.post("/filter")
+    async def filter_nodes(request: fastapi.Request) -> fastapi.Response:
+        with _observe(stats, "filter") as seen:
+            try:
+                args = wire.read_extender_args(await request.body())
+            except errors.BadRequest as exc:
+                seen.update(outcome="bad_request", error=str(exc))
+                return _json(wire.filter_result(None, [], {}, {}, str(exc)), 400)
+            seen["pod"] = _pod_name(args.Pod)
+            if not service.cache.synced:
+                seen.update(outcome="error", error="cache not synced")
+                message = "vnpu-scheduler has not listed the cluster yet; retry"
+                return _json(wire.filter_result(args, [], {}, {}, message))
+            result = service.extender.filter(args)
+            seen["nodes"] = len(wire.candidate_names(args))
+            seen["fit"] = len(result["NodeNames"] or (result["Nodes"] or {}).get("items") or [])
+            return _json(result)
+
+    @app.post("/prioritize")
+    async def prioritize(request: fastapi.Request) -> fastapi.Response:
+        with _observe(stats, "prioritize") as seen:
+            try:
+                args = wire.read_extender_args(await request.body())
+            except errors.BadRequest as exc:
+                seen.update(outcome="bad_request", error=str(exc))
+                return _json({"Error": str(exc)}, 400)
+            seen["pod"] = _pod_name(args.Pod)
+            return _json(service.extender.prioritize(args))
+
+    @app.post("/bind")
+    async def bind(request: fastapi.Request) -> fastapi.Response:
+        with _observe(stats, "bind") as seen:
+            try:
+                args = wire.read_binding_args(await request.body())
+            except errors.BadRequest as exc:
+                seen.update(outcome="bad_request", error=str(exc))
+                return _json(wire.binding_result(str(exc)), 400)
+            seen.update(pod=f"{args.PodNamespace}/{args.PodName}", node=args.Node)
+            try:
+                seen["chips"] = await service.binder.bind(args)
+            except errors.BindError as exc:
+                seen.update(outcome="error", error=exc.message, reason=exc.reason)
+                return _json(wire.binding_result(exc.message))
+            except errors.ApiError as exc:
+                seen.update(outcome="error", error=str(exc))
+                return _json(wire.binding_result(str(exc)))
+            return _json(wire.binding_result())
+
+
+def _admission_routes(app: fastapi.FastAPI, service: Service) -> None:
+    stats = service.stats
+
+    def admission(verb: str, handle: Callable[[wire.AdmissionReview], Json]) -> Any:
+        async def route(request: fastapi.Request) -> fastapi.Response:
+            with _observe(stats, verb) as seen:
+                try:
+                    review = wire.read_admission_review(await request.body())
+                except errors.BadRequest as exc:
+                    seen.update(outcome="bad_request", error=str(exc))
+                    return _json({"error": str(exc)}, 400)
+                if review.request.object is not None:
+                    meta = review.request.object.get("metadata") or {}
+                    namespace = meta.get("namespace") or review.request.namespace
+                    seen["pod"] = f"{namespace}/{meta.get('name') or meta.get('generateName', '')}"
+                answer = handle(review)
+                if not answer["response"]["allowed"]:
+                    seen.update(outcome="denied", error=answer["response"]["status"]["message"])
+                return _json(answer)
+
+        return route
+
+    app.post("/mutate")(admission("mutate", service.webhook.mutate))
+    app.post("/validate")(admission("validate", service.webhook.validate))
+
+
+def _probe_routes(app: fastapi.FastAPI, service: Service) -> None:
+    @app.get("/healthz")
+    async def healthz() -> fastapi.Response:
+        return responses.PlainTextResponse("ok")
+
+    @app.get("/readyz")
+    async def readyz() -> fastapi.Response:
+        ready, body = service.readiness()
+        return _json(body, 200 if ready else 503)
+
+    @app.get("/metrics")
+    async def scrape() -> fastapi.Response:
+        data = await asyncio.to_thread(prometheus_client.generate_latest, service.stats.registry)
+        return fastapi.Response(data, media_type=prometheus_client.CONTENT_TYPE_LATEST)

@@ -1,0 +1,216 @@
+"""The bind verb: place a pod on its node's chips and write it, never over-committing a chip.
+
+``app`` calls ``Binder.bind`` with ``wire.ExtenderBindingArgs``. The critical section runs
+under the node lock (``nodelock``), so binds to one node are serialised across every
+replica: the pods bound to the node are read straight from the API (a LIST with
+``fieldSelector=spec.nodeName=<node>``, which shows another replica's binds before any
+watch does), usage is rebuilt with the ledger, the pod is fitted with the allocator, and
+one Binding carries ``spec.nodeName`` and the HAMi/Volcano annotations. The lock is then
+left for the device plugin, which releases it after Allocate; on any failure before the
+Binding succeeded it is released here. Transient API failures are retried with backoff;
+whatever cannot be resolved raises ``errors.BindError``, leaving the pod unbound. A pod
+already bound to the node is answered as bound (idempotent). Events record each outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from vnpu_core import allocator, binding, ledger, nodes, protocol, requests
+from vnpu_core import errors as core_errors
+from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, wire
+
+Json = dict[str, Any]
+Runner = Callable[..., Awaitable[Any]]
+log = structlog.get_logger(__name__)
+
+
+def describe(assignment: allocator.Assignment) -> str:
+    """The chips a pod got, for its event: ``main: Ascend310P chip 2 (vir02)``."""
+    parts = []
+    for container in assignment.containers:
+        if not container.grants:
+            continue
+        chips = []
+        for grant in container.grants:
+            what = grant.template or ("soft slice" if grant.soft else "whole")
+            chips.append(f"{grant.common_word} chip {grant.chip} ({what})")
+        parts.append(f"{container.container}: {', '.join(chips)}")
+    return "; ".join(parts) or "no chips"
+
+
+class Binder:
+    """Binds pods through ``api`` under node locks, reading chip models from ``nodes_cache``."""
+
+    def __init__(
+        self,
+        api: cluster.Cluster,
+        nodes_cache: cache.ClusterCache,
+        locks: nodelock.NodeLocks,
+        run: Runner,
+        stats: metrics.Metrics,
+        policy: requests.Policy,
+        handshake_timeout: timedelta,
+        attempts: int = 5,
+        release_after_bind: bool = False,
+    ) -> None:
+        self._api = api
+        self._cache = nodes_cache
+        self._locks = locks
+        self._run = run
+        self._stats = stats
+        self._policy = policy
+        self._timeout = handshake_timeout
+        self._attempts = attempts
+        self._release_after_bind = release_after_bind
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def bind(self, args: wire.ExtenderBindingArgs) -> str:
+        """Bind the pod; a description of what it got. Raises BindError or ApiError."""
+        namespace, name, node = args.PodNamespace, args.PodName, args.Node
+        who = f"{namespace}/{name}"
+        try:
+            pod: Json = await self._retry(self._api.get_pod, namespace, name)
+        except errors.NotFound as exc:
+            raise errors.BindError(who, node, "pod-gone", f"pod {who} does not exist") from exc
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if args.PodUID and uid and args.PodUID != uid:
+            raise errors.BindError(
+                who, node, "uid-mismatch", f"pod {who} has UID {uid}, the bind is for {args.PodUID}"
+            )
+        if meta.get("deletionTimestamp"):
+            raise errors.BindError(who, node, "pod-deleting", f"pod {who} is being deleted")
+        try:
+            return await self._place(pod, node, who)
+        except errors.BindError as exc:
+            self._stats.binds.labels("refused").inc()
+            self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc.message}")
+            raise
+        except errors.ApiError as exc:
+            self._stats.binds.labels("failed").inc()
+            self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc}")
+            raise
+
+    async def _place(self, pod: Json, node: str, who: str) -> str:
+        namespace, name = who.split("/", 1)
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            if bound == node:
+                self._stats.binds.labels("already_bound").inc()
+                return f"already bound to {node}"
+            raise errors.BindError(
+                who, node, "bound-elsewhere", f"pod {who} is already bound to node {bound}"
+            )
+        try:
+            request = requests.from_pod(pod, self._cache.catalog)
+        except core_errors.RequestError as exc:
+            raise errors.BindError(who, node, "bad-request", str(exc)) from exc
+        if not request.wants_npu:
+            await self._post_binding(pod, node, {})
+            self._stats.binds.labels("bound").inc()
+            return "no NPU requested"
+        async with self._locks.local(node):
+            await self._locks.acquire(node, namespace, name)
+            try:
+                assignment = await self._assign(node, request, who)
+                annotations = binding.bind_annotations(assignment, int(time.time()))
+                await self._post_binding(pod, node, annotations)
+            except BaseException:
+                await asyncio.shield(self._locks.release(node, namespace, name))
+                raise
+            if self._release_after_bind:
+                await self._locks.release(node, namespace, name)
+        placed = copy.deepcopy(pod)
+        placed.setdefault("spec", {})["nodeName"] = node
+        placed.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        self._cache.assume(placed)
+        self._stats.binds.labels("bound").inc()
+        text = describe(assignment)
+        self.event(pod, "Normal", "NPUAssigned", f"Assigned to node {node}: {text}")
+        return text
+
+    async def _assign(
+        self, node: str, request: requests.PodRequest, who: str
+    ) -> allocator.Assignment:
+        """Fit the pod on the node's usage as the API shows it now (under the node lock)."""
+        obj, (pods, _) = await asyncio.gather(
+            self._retry(self._api.get_node, node), self._retry(self._api.list_pods, node)
+        )
+        models = self._cache.catalog
+        read = nodes.read_node(obj, models, datetime.now(), self._timeout)
+        if read.node is None:
+            raise errors.BindError(who, node, "node-unavailable", read.unavailable)
+        usage = ledger.node_usage(pods, node, models)
+        if usage.problems:
+            problem = usage.problems[0]
+            raise errors.BindError(
+                who,
+                node,
+                "usage-unknown",
+                f"chip usage unknown: pod {problem.pod} has an unreadable {problem.error.key} "
+                f"({problem.error.problem})",
+            )
+        outcome = allocator.fit(read.node, usage.usage, request, self._policy)
+        if isinstance(outcome, allocator.Rejection):
+            self._stats.bind_conflicts.labels("fit").inc()
+            raise errors.BindError(who, node, outcome.reason.value, outcome.message)
+        return outcome
+
+    async def _post_binding(self, pod: Json, node: str, annotations: dict[str, str]) -> None:
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        who = f"{namespace}/{name}"
+        try:
+            await self._retry(
+                self._api.bind, namespace, name, str(meta.get("uid") or ""), node, annotations
+            )
+        except errors.Conflict as exc:
+            self._stats.bind_conflicts.labels("binding").inc()
+            now: Json = await self._retry(self._api.get_pod, namespace, name)
+            current = now.get("metadata") or {}
+            held = current.get("annotations") or {}
+            if (now.get("spec") or {}).get("nodeName") == node and all(
+                held.get(k) == v for k, v in annotations.items() if k != protocol.BIND_PHASE_KEY
+            ):
+                return  # an earlier try went through; its answer was lost
+            raise errors.BindError(who, node, "binding-conflict", exc.message) from exc
+        except errors.NotFound as exc:
+            raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
+
+    async def _retry(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking API call, retrying outages (not conflicts) with backoff."""
+        for attempt in range(self._attempts):
+            try:
+                return await self._run(call, *args)
+            except errors.Unavailable:
+                if attempt + 1 == self._attempts:
+                    raise
+                self._stats.bind_retries.inc()
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def event(self, pod: Json, kind: str, reason: str, message: str) -> None:
+        """Record an event on the pod in the background; a failure is only logged."""
+
+        async def send() -> None:
+            try:
+                await self._run(self._api.record_event, pod, kind, reason, message)
+            except errors.ApiError as exc:
+                log.warning("event_not_recorded", reason=reason, error=str(exc))
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for pending events (at shutdown)."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,0 +1,338 @@
+"""The Kubernetes API as the scheduler uses it: the one module that imports the client.
+
+``Cluster`` is the port; ``KubeCluster`` implements it with the official ``kubernetes``
+client. Calls return plain dicts exactly as the API sends them (``_preload_content=False``
+and ``json.loads``: the core modules read dicts, and it is several times faster than the
+client's model classes). Every call is synchronous and blocking: ``informer`` runs the
+list/watch loops in their own threads and ``binder`` runs writes in the app's thread pool.
+The client's ``ApiException`` and urllib3's transport errors are translated here, and only
+here, into ``errors.ApiError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import kubernetes
+import urllib3
+from kubernetes.client import exceptions as kube_exceptions
+
+from vnpu_scheduler import errors
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "vnpu-scheduler"
+
+
+class WatchStream(Protocol):
+    """Events of one watch request; ``close`` may be called from another thread."""
+
+    def __iter__(self) -> Iterator[Json]: ...
+
+    def close(self) -> None: ...
+
+
+class Cluster(Protocol):
+    """What the scheduler reads and writes in the cluster."""
+
+    def list_nodes(self) -> tuple[list[Json], str]: ...
+
+    def list_pods(self, node: str | None = None) -> tuple[list[Json], str]: ...
+
+    def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream: ...
+
+    def get_node(self, name: str) -> Json: ...
+
+    def get_pod(self, namespace: str, name: str) -> Json: ...
+
+    def patch_node_annotations(
+        self, name: str, resource_version: str, annotations: dict[str, str | None]
+    ) -> Json: ...
+
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None: ...
+
+    def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
+
+
+def _translate(exc: Exception, what: str) -> errors.ApiError:
+    """The ``errors.ApiError`` for a client or transport failure while doing ``what``."""
+    if isinstance(exc, kube_exceptions.ApiException):
+        status = int(exc.status or 0)
+        reason, message = str(exc.reason or ""), ""
+        try:
+            body = json.loads(exc.body or "{}")
+            reason = str(body.get("reason") or reason)
+            message = str(body.get("message") or "")
+        except (ValueError, AttributeError):
+            message = str(exc.body or "")[:200]
+        message = f"{what}: {message or reason}"
+        if status == 404:
+            return errors.NotFound(status, reason, message)
+        if status == 409:
+            return errors.Conflict(status, reason, message)
+        if status == 410:
+            return errors.Expired(status, reason, message)
+        if status in (400, 403, 422):
+            return errors.Invalid(status, reason, message)
+        return errors.Unavailable(status, reason, message)
+    return errors.Unavailable(0, type(exc).__name__, f"{what}: {exc}")
+
+
+_TRANSPORT = (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def _body(response: Any, what: str) -> Json:
+    try:
+        data = response.data
+        document = json.loads(data)
+    except ValueError as exc:
+        raise errors.Unavailable(0, "BadResponse", f"{what}: the answer is not JSON") from exc
+    finally:
+        _drain(response)
+    if not isinstance(document, dict):
+        raise errors.Unavailable(0, "BadResponse", f"{what}: the answer is not a JSON object")
+    return document
+
+
+class _Stream:
+    """One watch response read line by line; each line is one JSON event."""
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+        self._closed = threading.Event()
+        self._done = threading.Event()
+
+    def __iter__(self) -> Iterator[Json]:
+        buffer = bytearray()
+        try:
+            for chunk in self._response.stream(amt=None, decode_content=True):
+                buffer.extend(chunk)
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if line.strip():
+                        yield json.loads(line)
+        except _TRANSPORT as exc:
+            if not self._closed.is_set():
+                raise _translate(exc, self._what) from exc
+        except ValueError as exc:
+            raise errors.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
+        finally:
+            self._done.set()
+            if self._closed.is_set():
+                self._response.close()  # a shut-down socket must not go back to the pool
+            else:
+                self._response.release_conn()
+
+    def close(self) -> None:
+        """End the stream from any thread: the blocked read returns at once."""
+        if self._done.is_set() or self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._response.shutdown()
+        except (AttributeError, OSError):
+            self._response.close()
+
+
+class KubeCluster:
+    """``Cluster`` over the official client; ``timeout`` bounds each non-watch call (seconds)."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
+        self._client = api_client
+        self._core = kubernetes.client.CoreV1Api(api_client)
+        self._timeout = timeout
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: Path | None, timeout: float = 10.0, pool_size: int = 16
+    ) -> KubeCluster:
+        """A client from ``kubeconfig``, or the in-cluster service account when None."""
+        configuration = kubernetes.client.Configuration()
+        try:
+            if kubeconfig is None:
+                _untyped(kubernetes.config.load_incluster_config)(
+                    client_configuration=configuration
+                )
+            else:
+                _untyped(kubernetes.config.load_kube_config)(
+                    config_file=str(kubeconfig), client_configuration=configuration
+                )
+        except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
+            where = str(kubeconfig) if kubeconfig else "in-cluster service account"
+            raise errors.SettingsError("kubeconfig", where, str(exc)) from exc
+        configuration.connection_pool_maxsize = pool_size
+        return cls(kubernetes.client.ApiClient(configuration), timeout)
+
+    def close(self) -> None:
+        _untyped(self._client.close)()
+
+    def list_nodes(self) -> tuple[list[Json], str]:
+        what = "list nodes"
+        try:
+            response = self._core.list_node(
+                _preload_content=False, _request_timeout=self._timeout * 6
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _items(_body(response, what))
+
+    def list_pods(self, node: str | None = None) -> tuple[list[Json], str]:
+        what = f"list pods on node {node}" if node else "list pods"
+        selector = f"spec.nodeName={node}" if node else None
+        try:
+            response = self._core.list_pod_for_all_namespaces(
+                field_selector=selector,
+                _preload_content=False,
+                _request_timeout=self._timeout * (1 if node else 6),
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _items(_body(response, what))
+
+    def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream:
+        what = f"watch {resource}"
+        calls: dict[str, Callable[..., Any]] = {
+            "nodes": self._core.list_node,
+            "pods": self._core.list_pod_for_all_namespaces,
+        }
+        try:
+            response = calls[resource](
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                _request_timeout=(self._timeout, timeout + 30),
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _Stream(response, what)
+
+    def get_node(self, name: str) -> Json:
+        what = f"get node {name}"
+        try:
+            response = self._core.read_node(
+                name, _preload_content=False, _request_timeout=self._timeout
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _body(response, what)
+
+    def get_pod(self, namespace: str, name: str) -> Json:
+        what = f"get pod {namespace}/{name}"
+        try:
+            response = self._core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _body(response, what)
+
+    def patch_node_annotations(
+        self, name: str, resource_version: str, annotations: dict[str, str | None]
+    ) -> Json:
+        """Merge-patch annotations (None deletes) if the node is still at ``resource_version``."""
+        what = f"patch node {name}"
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
+        try:
+            response = self._core.patch_node(
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        return _body(response, what)
+
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
+        """POST a Binding: ``spec.nodeName`` and ``annotations`` land on the pod in one write."""
+        what = f"bind pod {namespace}/{name} to node {node}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+                "annotations": annotations,
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            response: Any = self._core.create_namespaced_pod_binding(
+                name,
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        _drain(response)
+
+    def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event about ``pod`` (``kind``: Normal or Warning), as kubectl describe shows."""
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        what = f"record event {reason} on pod {namespace}/{meta.get('name')}"
+        try:
+            response: Any = self._core.create_namespaced_event(
+                namespace, cast(Any, body), _preload_content=False, _request_timeout=self._timeout
+            )
+        except _TRANSPORT as exc:
+            raise _translate(exc, what) from exc
+        _drain(response)
+
+
+def _drain(response: Any) -> None:
+    """Read the rest of an answer we do not need, so the connection can serve the next call."""
+    try:
+        response.drain_conn()
+    finally:
+        response.release_conn()
+
+
+def _untyped(function: Any) -> Callable[..., Any]:
+    """The client's config loaders carry no annotations; call them as what they are."""
+    return cast(Callable[..., Any], function)
+
+
+def _items(document: Json) -> tuple[list[Json], str]:
+    items = document.get("items") or []
+    version = str((document.get("metadata") or {}).get("resourceVersion") or "")
+    return [item for item in items if isinstance(item, dict)], version

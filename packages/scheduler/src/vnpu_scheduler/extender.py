@@ -1,0 +1,169 @@
+"""The filter and prioritize verbs: one allocator fit per candidate node, explained for a person.
+
+``app`` calls ``Extender.filter`` and ``Extender.prioritize`` with parsed ``wire.ExtenderArgs``.
+Each candidate node's ``cache.NodeState`` gives the inventory and usage; ``judge`` turns it
+into a ``Verdict``: the node fits (with a 0-10 score), or a reason code and a sentence that
+goes into ``FailedNodes`` (eviction could help) or ``FailedAndUnresolvableNodes`` (it never
+could: no such chip, unavailable node, unknown usage, a request no chip can take). The pod
+is parsed and rounded here, whether or not the webhook ran. Fit results are remembered on
+the node state per request shape, so prioritize after filter, and identical pods, cost a
+dictionary lookup until that node changes.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vnpu_core import allocator, requests
+from vnpu_core import errors as core_errors
+from vnpu_scheduler import cache, metrics, wire
+
+Json = dict[str, Any]
+FIT = "fit"
+UNAVAILABLE = "node-unavailable"
+USAGE_UNKNOWN = "usage-unknown"
+UNKNOWN_NODE = "unknown-node"
+BAD_REQUEST = "bad-request"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One node's answer for one pod."""
+
+    fits: bool
+    score: int
+    reason: str  # FIT, a budgets.Reason value, or one of the codes above
+    message: str = ""
+    unresolvable: bool = False
+
+
+def request_key(pod: requests.PodRequest, policy: requests.Policy) -> tuple[Any, ...]:
+    """Everything about a pod that can change a fit's outcome or score (not container names)."""
+    shapes = tuple(
+        (
+            r.init,
+            r.model.common_word,
+            r.count,
+            r.memory_mib,
+            r.core_percent,
+            r.whole,
+            r.soft,
+            tuple(t.name for t in r.templates),
+        )
+        for r in pod.requests
+    )
+    lists = tuple(
+        tuple(sorted((word, tuple(sorted(uuids))) for word, uuids in (table or {}).items()))
+        for table in (pod.use_uuids, pod.no_use_uuids)
+    )
+    return (policy, pod.soft, pod.chip_policy, pod.node_policy, shapes, lists)
+
+
+def judge(
+    state: cache.NodeState | None,
+    name: str,
+    pod: requests.PodRequest,
+    policy: requests.Policy,
+    key: tuple[Any, ...] | None = None,
+) -> Verdict:
+    """Whether ``pod`` fits the node in ``state``; ``key`` (``request_key``) enables the memo."""
+    if state is None:
+        return Verdict(False, 0, UNKNOWN_NODE, f"node {name} is not known to vnpu-scheduler yet")
+    if key is not None:
+        known: Verdict | None = state.memo.get(key)
+        if known is not None:
+            return known
+    verdict = _judge(state, pod, policy)
+    if key is not None:
+        if len(state.memo) >= cache.MEMO_LIMIT:
+            state.memo.clear()
+        state.memo[key] = verdict
+    return verdict
+
+
+def _judge(state: cache.NodeState, pod: requests.PodRequest, policy: requests.Policy) -> Verdict:
+    node = state.read.node
+    if node is None:
+        return Verdict(False, 0, UNAVAILABLE, f"NPUs unavailable: {state.read.unavailable}", True)
+    if state.usage.problems:
+        problem = state.usage.problems[0]
+        error = problem.error
+        return Verdict(
+            False,
+            0,
+            USAGE_UNKNOWN,
+            f"chip usage unknown: pod {problem.pod} has an unreadable {error.key} "
+            f"({error.problem} at {error.fragment!r})",
+            True,
+        )
+    outcome = allocator.fit(node, state.usage.usage, pod, policy)
+    if isinstance(outcome, allocator.Rejection):
+        return Verdict(False, 0, outcome.reason.value, outcome.message, outcome.unresolvable)
+    return Verdict(True, outcome.score, FIT)
+
+
+class Extender:
+    """Filter and prioritize over the node cache."""
+
+    def __init__(
+        self,
+        nodes: cache.ClusterCache,
+        policy: requests.Policy,
+        stats: metrics.Metrics,
+        memo: bool = True,
+    ) -> None:
+        self._cache = nodes
+        self._policy = policy
+        self._stats = stats
+        self._memo = memo
+
+    def _verdicts(self, args: wire.ExtenderArgs) -> dict[str, Verdict] | None:
+        """Per candidate node; None when the pod asks for no NPU (every node passes)."""
+        names = wire.candidate_names(args)
+        try:
+            pod = requests.from_pod(args.Pod, self._cache.catalog)
+        except core_errors.RequestError as exc:
+            refused = Verdict(False, 0, BAD_REQUEST, str(exc), True)
+            return dict.fromkeys(names, refused)
+        if not pod.wants_npu:
+            return None
+        key = request_key(pod, self._policy) if self._memo else None
+        states: Mapping[str, cache.NodeState | None]
+        if args.Nodes is not None:
+            states = {
+                str(n["metadata"]["name"]): self._cache.state_of_object(n) for n in args.Nodes.items
+            }
+        else:
+            states = self._cache.states(names)
+        return {name: judge(states.get(name), name, pod, self._policy, key) for name in names}
+
+    def filter(self, args: wire.ExtenderArgs) -> Json:
+        verdicts = self._verdicts(args)
+        names = wire.candidate_names(args)
+        if verdicts is None:
+            self._stats.filter_outcomes.labels(FIT).inc(len(names))
+            return wire.filter_result(args, names, {}, {})
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        counts: collections.Counter[str] = collections.Counter()
+        for name, verdict in verdicts.items():
+            counts[verdict.reason] += 1
+            if verdict.fits:
+                passed.append(name)
+            elif verdict.unresolvable:
+                unresolvable[name] = verdict.message
+            else:
+                failed[name] = verdict.message
+        for reason, count in counts.items():
+            self._stats.filter_outcomes.labels(reason).inc(count)
+        return wire.filter_result(args, passed, failed, unresolvable)
+
+    def prioritize(self, args: wire.ExtenderArgs) -> list[Json]:
+        verdicts = self._verdicts(args)
+        if verdicts is None:
+            return wire.priority_list(dict.fromkeys(wire.candidate_names(args), 0))
+        return wire.priority_list({name: v.score for name, v in verdicts.items()})

@@ -1,0 +1,184 @@
+"""Every metric the scheduler exports, with its help text, on a registry passed in.
+
+``app`` counts requests and their durations; ``extender`` counts per-node filter outcomes by
+reason code; ``binder`` and ``nodelock`` count conflicts, retries, lock waits and
+take-overs; ``deviceconfig`` reports reloads. ``AllocationCollector`` reads one snapshot of
+the node cache per scrape and yields per-chip allocation gauges. Label values come from
+closed vocabularies (verbs, reason codes, outcomes) except ``node``/``chip``/``model`` on the
+per-chip gauges, which are bounded by the cluster's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+import vnpu_scheduler
+from vnpu_core import inventory
+
+VERBS = ("filter", "prioritize", "bind", "mutate", "validate")
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_WAIT_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0)
+
+
+class Metrics:
+    """The scheduler's metric objects, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        build = Gauge(
+            "vnpu_build_info",
+            "Build of this vnpu component; the value is always 1.",
+            ["component", "version"],
+            registry=registry,
+        )
+        build.labels("scheduler", vnpu_scheduler.__version__).set(1)
+        self.requests = Counter(
+            "vnpu_scheduler_requests",
+            "HTTP requests served, by verb and outcome (ok, error, bad_request).",
+            ["verb", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "vnpu_scheduler_request_duration_seconds",
+            "Time to answer one request, by verb.",
+            ["verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.filter_outcomes = Counter(
+            "vnpu_scheduler_filter_outcomes",
+            "Per-node filter results: fit, or the reason code the node was refused with.",
+            ["reason"],
+            registry=registry,
+        )
+        self.bind_conflicts = Counter(
+            "vnpu_scheduler_bind_conflicts",
+            "Conflicts met while binding: lock (node lock write), binding (pod already bound), "
+            "fit (the node no longer had room at bind time).",
+            ["kind"],
+            registry=registry,
+        )
+        self.bind_retries = Counter(
+            "vnpu_scheduler_bind_retries",
+            "API writes of a bind retried after a conflict or an outage.",
+            registry=registry,
+        )
+        self.binds = Counter(
+            "vnpu_scheduler_binds",
+            "Bind results: bound, already_bound, refused, failed.",
+            ["result"],
+            registry=registry,
+        )
+        self.lock_wait = Histogram(
+            "vnpu_scheduler_lock_wait_seconds",
+            "Time a bind waited until it held the node lock (or gave up).",
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.lock_takeovers = Counter(
+            "vnpu_scheduler_lock_takeovers",
+            "Node locks taken over: owner_gone, expired (owner done or owner-less).",
+            ["why"],
+            registry=registry,
+        )
+        self.config_reloads = Counter(
+            "vnpu_scheduler_device_config_reloads",
+            "Device-config loads, by result (ok, failed).",
+            ["result"],
+            registry=registry,
+        )
+        self.config_ok = Gauge(
+            "vnpu_scheduler_device_config_ok",
+            "1 when the last device-config load succeeded, 0 when the last good config is kept.",
+            registry=registry,
+        )
+        self.cache_synced = Gauge(
+            "vnpu_scheduler_cache_synced",
+            "1 once the node and pod caches have listed the cluster.",
+            registry=registry,
+        )
+        self.watch_restarts = Counter(
+            "vnpu_scheduler_watch_restarts",
+            "Watches restarted, by resource and cause (expired, closed, error).",
+            ["resource", "cause"],
+            registry=registry,
+        )
+        self.nodes = Gauge(
+            "vnpu_scheduler_nodes",
+            "Nodes in the cache by state (available, unavailable, usage_unknown).",
+            ["state"],
+            registry=registry,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChipAllocation:
+    """One chip's registered capacity and what the pods bound to it hold."""
+
+    node: str
+    chip: inventory.Chip
+    usage: inventory.ChipUsage
+
+
+_MIB = 1024 * 1024
+
+
+class AllocationCollector(Collector):
+    """Per-chip allocation gauges read from ``snapshot`` on every scrape."""
+
+    def __init__(self, snapshot: Callable[[], Iterable[ChipAllocation]]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # the families depend on the cluster; skip registration-time collection
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["node", "chip", "index", "model"]
+        families = {
+            "memory": GaugeMetricFamily(
+                "vnpu_scheduler_chip_allocated_memory_bytes",
+                "Memory held on the chip by pods bound to its node (vNPU template sizes).",
+                labels=labels,
+            ),
+            "aicore": GaugeMetricFamily(
+                "vnpu_scheduler_chip_allocated_aicores",
+                "AI cores held on the chip by hard vNPUs and whole-chip pods.",
+                labels=labels,
+            ),
+            "aicpu": GaugeMetricFamily(
+                "vnpu_scheduler_chip_allocated_aicpus",
+                "AI CPUs held on the chip by hard vNPUs and whole-chip pods.",
+                labels=labels,
+            ),
+            "vnpus": GaugeMetricFamily(
+                "vnpu_scheduler_chip_allocated_vnpus",
+                "vNPUs (hard templates and soft slices) allocated on the chip.",
+                labels=labels,
+            ),
+            "exclusive": GaugeMetricFamily(
+                "vnpu_scheduler_chip_allocated_whole",
+                "1 when a pod holds the whole chip.",
+                labels=labels,
+            ),
+            "capacity": GaugeMetricFamily(
+                "vnpu_scheduler_chip_memory_bytes",
+                "Memory of the chip as its device plugin registered it.",
+                labels=labels,
+            ),
+        }
+        for item in self._snapshot():
+            chip, used = item.chip, item.usage
+            values = [item.node, chip.uuid, str(chip.index), chip.model.common_word]
+            whole = used.exclusive and not used.soft_slices
+            families["memory"].add_metric(values, used.memory_mib * _MIB)
+            families["aicore"].add_metric(values, chip.model.aicore if whole else used.aicore)
+            families["aicpu"].add_metric(values, chip.model.aicpu if whole else used.aicpu)
+            families["vnpus"].add_metric(values, used.vnpus + used.soft_slices)
+            families["exclusive"].add_metric(values, 1 if whole else 0)
+            families["capacity"].add_metric(values, chip.memory_mib * _MIB)
+        yield from families.values()

@@ -1,0 +1,189 @@
+"""The node lock ``hami.io/mutex.lock``: taken by a bind, released by the device plugin.
+
+``binder`` calls ``acquire`` before it recomputes a pod's assignment and ``release`` when the
+bind fails (or right after the Binding with ``--release-lock-after-bind``). The lock value
+is ``<RFC3339>,<namespace>,<pod>`` (HAMi's form, so HAMi's and vnpu's plugins find the pod
+of their next Allocate from it). It is written with a merge patch carrying the node's
+``metadata.resourceVersion``: of two writers only one succeeds, the other gets 409 and
+looks again. A lock held by another pod is waited for (polling with backoff, up to
+``wait`` seconds, counted in ``vnpu_scheduler_lock_wait_seconds``) and taken over only when
+its owner pod is gone, or when it is older than ``ttl`` and its owner is not still waiting
+for Allocate (bind-phase ``allocating``: never steal from it, HAMi #3096); an owner-less
+(Volcano) lock is taken over only when expired. Within one replica, binds to the same node
+queue on an ``asyncio.Lock`` first, so they do not poll the API against each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import structlog
+
+from vnpu_core import coordination, protocol
+from vnpu_core import errors as core_errors
+from vnpu_scheduler import cluster, errors, metrics
+
+Json = dict[str, Any]
+T = TypeVar("T")
+Runner = Callable[..., Awaitable[Any]]
+log = structlog.get_logger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).astimezone()
+
+
+class NodeLocks:
+    """Takes and releases node locks through ``api``; ``run`` runs a blocking call in a thread."""
+
+    def __init__(
+        self,
+        api: cluster.Cluster,
+        run: Runner,
+        stats: metrics.Metrics,
+        ttl: float,
+        wait: float,
+        attempts: int,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self._api = api
+        self._run = run
+        self._stats = stats
+        self._ttl = timedelta(seconds=ttl)
+        self._wait = wait
+        self._attempts = attempts
+        self._clock = clock
+        self._local: dict[str, asyncio.Lock] = {}
+
+    def local(self, node: str) -> asyncio.Lock:
+        """The in-process queue for binds to ``node``."""
+        lock = self._local.get(node)
+        if lock is None:
+            lock = self._local[node] = asyncio.Lock()
+        return lock
+
+    async def acquire(self, node: str, namespace: str, pod: str) -> Json:
+        """Hold the lock for ``namespace/pod``; the node object as written. Raises BindError."""
+        who = f"{namespace}/{pod}"
+        start = time.monotonic()
+        delay = 0.02
+        while True:
+            try:
+                obj: Json = await self._run(self._api.get_node, node)
+            except errors.NotFound as exc:
+                raise errors.BindError(
+                    who, node, "node-gone", f"node {node} does not exist"
+                ) from exc
+            meta = obj.get("metadata") or {}
+            raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
+            now = self._clock()
+            holder = ""
+            if raw is not None:
+                holder = await self._holder(node, who, raw, namespace, pod, now)
+            if not holder:
+                value = coordination.encode_lock(coordination.NodeLock(now, namespace, pod))
+                try:
+                    written: Json = await self._run(
+                        self._api.patch_node_annotations,
+                        node,
+                        str(meta.get("resourceVersion") or ""),
+                        {protocol.NODE_LOCK_KEY: value},
+                    )
+                except errors.Conflict:
+                    self._stats.bind_conflicts.labels("lock").inc()
+                    self._stats.bind_retries.inc()
+                    await asyncio.sleep(random.uniform(0, 0.01))
+                    continue
+                self._stats.lock_wait.observe(time.monotonic() - start)
+                return written
+            waited = time.monotonic() - start
+            if waited >= self._wait:
+                self._stats.lock_wait.observe(waited)
+                raise errors.BindError(
+                    who,
+                    node,
+                    "lock-busy",
+                    f"node {node} is locked by {holder} (waited {waited:.1f} s); its device "
+                    "plugin has not finished the previous Allocate",
+                )
+            pause = min(delay, self._wait - waited) * random.uniform(0.5, 1.0)
+            await asyncio.sleep(pause)
+            delay = min(delay * 2, 0.5)
+
+    async def _holder(
+        self, node: str, who: str, raw: str, namespace: str, pod: str, now: datetime
+    ) -> str:
+        """Who keeps us from taking the lock now ('' when we may take it)."""
+        try:
+            lock = coordination.decode_lock(raw)
+        except core_errors.ProtocolError as exc:
+            raise errors.BindError(
+                who,
+                node,
+                "lock-unreadable",
+                f"node {node} has an unreadable {protocol.NODE_LOCK_KEY}={raw!r} "
+                f"({exc.problem}); remove the annotation",
+            ) from exc
+        if lock.owned_by(namespace, pod):
+            return ""
+        expired = lock.expired(now, self._ttl)
+        if lock.namespace is None or lock.name is None:
+            if expired:
+                self._took_over(node, who, raw, "expired")
+                return ""
+            return f"an owner-less lock taken at {raw}"
+        owner = f"pod {lock.namespace}/{lock.name}"
+        try:
+            holder: Json = await self._run(self._api.get_pod, lock.namespace, lock.name)
+        except errors.NotFound:
+            self._took_over(node, who, raw, "owner_gone")
+            return ""
+        if not expired:
+            return owner
+        phase = ((holder.get("metadata") or {}).get("annotations") or {}).get(
+            protocol.BIND_PHASE_KEY
+        )
+        if phase == protocol.BindPhase.ALLOCATING.value:
+            return f"{owner}, still waiting for Allocate"
+        self._took_over(node, who, raw, "expired")
+        return ""
+
+    def _took_over(self, node: str, who: str, raw: str, why: str) -> None:
+        self._stats.lock_takeovers.labels(why).inc()
+        log.warning("node_lock_taken_over", node=node, pod=who, previous=raw, why=why)
+
+    async def release(self, node: str, namespace: str, pod: str) -> bool:
+        """Remove the lock if ``namespace/pod`` still holds it; False when it did not."""
+        for attempt in range(self._attempts):
+            try:
+                obj: Json = await self._run(self._api.get_node, node)
+                meta = obj.get("metadata") or {}
+                raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
+                if raw is None:
+                    return False
+                try:
+                    if not coordination.decode_lock(raw).owned_by(namespace, pod):
+                        return False
+                except core_errors.ProtocolError:
+                    return False
+                await self._run(
+                    self._api.patch_node_annotations,
+                    node,
+                    str(meta.get("resourceVersion") or ""),
+                    {protocol.NODE_LOCK_KEY: None},
+                )
+                return True
+            except errors.NotFound:
+                return False
+            except errors.ApiError as exc:
+                if not exc.retryable:
+                    break
+                self._stats.bind_retries.inc()
+                await asyncio.sleep(0.02 * 2**attempt)
+        log.error("node_lock_release_failed", node=node, pod=f"{namespace}/{pod}")
+        return False

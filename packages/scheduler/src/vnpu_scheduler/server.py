@@ -1,0 +1,120 @@
+"""Serving the app with uvicorn: the plain HTTP listener and, given a certificate, the HTTPS one.
+
+``__main__`` calls ``serve`` (it handles SIGTERM/SIGINT itself, so both listeners stop
+together); tests and benchmarks use ``running``, which serves an app on free loopback
+ports in a background thread and yields their URLs. Both listeners serve the same app;
+the app's lifespan (caches, informers, config polling) runs once, on the plain listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import fastapi
+import structlog
+import uvicorn
+
+from vnpu_scheduler import settings
+
+log = structlog.get_logger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal capture (the caller owns the signals)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class Listeners:
+    """The uvicorn servers of one app and the sockets they serve."""
+
+    servers: list[tuple[_Server, socket.socket]]
+
+    @property
+    def urls(self) -> list[str]:
+        found = []
+        for server, sock in self.servers:
+            host, port = sock.getsockname()[:2]
+            scheme = "https" if server.config.ssl_certfile else "http"
+            found.append(f"{scheme}://{host}:{port}")
+        return found
+
+    def stop(self) -> None:
+        for server, _ in self.servers:
+            server.should_exit = True
+
+    async def serve(self) -> None:
+        try:
+            await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in self.servers))
+        finally:
+            for _, sock in self.servers:
+                sock.close()
+
+
+def listeners(app: fastapi.FastAPI, config: settings.Settings) -> Listeners:
+    """Bind the sockets now (so port 0 resolves at once); the servers start in ``serve``."""
+    plain = uvicorn.Config(
+        app, lifespan="on", log_config=None, access_log=False, timeout_graceful_shutdown=5
+    )
+    found = [(_Server(plain), _listen(config.host, config.port))]
+    if config.tls_cert is not None and config.tls_key is not None:
+        secure = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            ssl_certfile=str(config.tls_cert),
+            ssl_keyfile=str(config.tls_key),
+            timeout_graceful_shutdown=5,
+        )
+        found.append((_Server(secure), _listen(config.host, config.webhook_port)))
+    return Listeners(found)
+
+
+async def serve(app: fastapi.FastAPI, config: settings.Settings) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    bound = listeners(app, config)
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, bound.stop)
+    log.info("listening", urls=bound.urls)
+    await bound.serve()
+
+
+@contextlib.contextmanager
+def running(app: fastapi.FastAPI, config: settings.Settings) -> Iterator[list[str]]:
+    """Serve ``app`` in a background thread; yield the listeners' URLs (HTTP first)."""
+    bound = listeners(app, config)
+    thread = threading.Thread(target=lambda: asyncio.run(bound.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not all(server.started for server, _ in bound.servers):
+        if not thread.is_alive() or time.monotonic() > deadline:
+            bound.stop()
+            raise RuntimeError("vnpu-scheduler did not start")
+        time.sleep(0.01)
+    try:
+        yield bound.urls
+    finally:
+        bound.stop()
+        thread.join(timeout=15)

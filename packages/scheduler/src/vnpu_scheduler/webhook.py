@@ -1,0 +1,173 @@
+"""The admission webhook: round NPU requests to what will be created, route pods, deny bad ones.
+
+``app`` calls ``Webhook.mutate`` for ``POST /mutate`` and ``Webhook.validate`` for
+``POST /validate`` with a parsed ``wire.AdmissionReview`` (pod CREATE). Mutation, for a pod
+that asks for Ascend resources:
+
+* rounds ``huawei.com/<CW>-memory`` in every section that names the chip count to the
+  template (or soft quota) the pod will really get, and fills it with the chip's memory
+  for whole-chip requests, so ResourceQuota and accounting see what is held;
+* sets ``spec.schedulerName`` when it is empty or ``default-scheduler``; a pod sent to
+  another scheduler (Volcano, say) is left untouched;
+* denies a request no chip can serve or that is malformed, naming the container, the
+  resource and the value; a pod with ``spec.nodeName`` preset (it would skip the
+  scheduler) and a privileged container holding NPUs are denied too.
+
+A patch is only sent if the patched pod parses to the same request (so rounding is
+idempotent and never changes the template). ``validate`` runs the same checks without
+patching. Pods labelled or annotated ``hami.io/webhook: ignore`` are let through. The
+scheduler never relies on any of this: ``/filter`` and ``/bind`` parse and round again.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from vnpu_core import catalog, protocol, requests
+from vnpu_core import errors as core_errors
+from vnpu_scheduler import extender, wire
+
+Json = dict[str, Any]
+DEFAULT_SCHEDULER = "default-scheduler"
+log = structlog.get_logger(__name__)
+
+
+def _pointer(*parts: object) -> str:
+    """A JSON pointer from its unescaped parts (``huawei.com/x`` becomes ``huawei.com~1x``)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _apply(pod: Json, patch: list[Json]) -> Json:
+    """The pod after our own ``add`` operations (only object members, which all exist)."""
+    result = copy.deepcopy(pod)
+    for op in patch:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target: Any = result
+        for part in parts[:-1]:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[parts[-1]] = op["value"]
+    return result
+
+
+class Webhook:
+    """Mutating and validating admission for pods, with the chip models of ``models``."""
+
+    def __init__(self, models: Callable[[], catalog.Catalog], scheduler_name: str) -> None:
+        self._models = models
+        self._scheduler_name = scheduler_name
+
+    def _ignored(self, pod: Json) -> bool:
+        meta = pod.get("metadata") or {}
+        for table in (meta.get("labels") or {}, meta.get("annotations") or {}):
+            if table.get(protocol.WEBHOOK_IGNORE_KEY) == protocol.WEBHOOK_IGNORE_VALUE:
+                return True
+        return False
+
+    def _check(self, pod: Json) -> tuple[requests.PodRequest | None, str]:
+        """The parsed request (None: nothing to do) or a denial message."""
+        try:
+            request = requests.from_pod(pod, self._models())
+        except core_errors.RequestError as exc:
+            return None, str(exc)
+        if not request.wants_npu:
+            return None, ""
+        spec = pod.get("spec") or {}
+        if spec.get("nodeName"):
+            return None, (
+                f"spec.nodeName is preset to {spec['nodeName']!r}: a pod that requests NPUs "
+                "must be placed by the scheduler, which picks its chips"
+            )
+        with_npu = {r.container for r in request.requests}
+        for section in ("initContainers", "containers"):
+            for item in spec.get(section) or []:
+                privileged = (item.get("securityContext") or {}).get("privileged")
+                if privileged and item.get("name") in with_npu:
+                    return None, (
+                        f"container {item.get('name')!r}: securityContext.privileged=true with "
+                        "NPUs: a privileged container sees every chip of the node"
+                    )
+        return request, ""
+
+    def _review(self, review: wire.AdmissionReview) -> tuple[Json | None, str]:
+        request = review.request
+        pod = request.object
+        if request.operation != "CREATE" or pod is None or pod.get("kind") not in (None, "Pod"):
+            return None, ""
+        if self._ignored(pod):
+            return None, ""
+        return pod, ""
+
+    def validate(self, review: wire.AdmissionReview) -> Json:
+        uid = review.request.uid
+        pod, _ = self._review(review)
+        if pod is None:
+            return wire.admission_response(uid, True)
+        _, denial = self._check(pod)
+        if denial:
+            return wire.admission_response(uid, False, denial, code=400)
+        return wire.admission_response(uid, True)
+
+    def mutate(self, review: wire.AdmissionReview) -> Json:
+        uid = review.request.uid
+        pod, _ = self._review(review)
+        if pod is None:
+            return wire.admission_response(uid, True)
+        request, denial = self._check(pod)
+        if denial:
+            return wire.admission_response(uid, False, denial, code=400)
+        if request is None:
+            return wire.admission_response(uid, True)
+        spec = pod.get("spec") or {}
+        current = spec.get("schedulerName") or ""
+        if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
+            return wire.admission_response(uid, True)
+        patch: list[Json] = []
+        if current != self._scheduler_name:
+            patch.append(
+                {"op": "add", "path": "/spec/schedulerName", "value": self._scheduler_name}
+            )
+        rounding = self._rounding(spec, request)
+        if rounding and self._same_request(pod, patch + rounding, request):
+            patch.extend(rounding)
+        elif rounding:
+            log.warning("webhook_rounding_skipped", pod=request.name, namespace=request.namespace)
+        return wire.admission_response(uid, True, patch=patch)
+
+    def _rounding(self, spec: Json, request: requests.PodRequest) -> list[Json]:
+        """Patch operations that set each request's memory to what it rounds to."""
+        places: dict[str, tuple[str, int]] = {}
+        for section in ("initContainers", "containers"):
+            for index, item in enumerate(spec.get(section) or []):
+                places.setdefault(str(item.get("name", "")), (section, index))
+        patch: list[Json] = []
+        for item in request.requests:
+            section, index = places[item.container]
+            resources = (spec.get(section) or [])[index].get("resources") or {}
+            model = item.model
+            value = str(math.ceil(item.memory_mib / model.memory_factor))
+            for kind in ("limits", "requests"):
+                values = resources.get(kind) or {}
+                if model.resource_name not in values:
+                    continue
+                if str(values.get(model.memory_resource)) == value:
+                    continue
+                path = _pointer("spec", section, index, "resources", kind, model.memory_resource)
+                patch.append({"op": "add", "path": path, "value": value})
+        return patch
+
+    def _same_request(self, pod: Json, patch: list[Json], before: requests.PodRequest) -> bool:
+        try:
+            after = requests.from_pod(_apply(pod, patch), self._models())
+        except core_errors.RequestError:
+            return False
+        policy = requests.Policy.DEFAULT
+        same = extender.request_key(after, policy) == extender.request_key(before, policy)
+        return same and all(
+            a.memory_mib == b.memory_mib
+            for a, b in zip(after.requests, before.requests, strict=True)
+        )

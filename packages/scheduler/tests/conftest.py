@@ -1,0 +1,264 @@
+"""Fixtures: the Kubernetes API emulator over HTTP, cluster builders and a running scheduler.
+
+Every test talks to a fresh emulator (``vnpu_sandbox.apiserver.harness``) with the official
+``kubernetes`` client, and to the scheduler over real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes
+import prometheus_client
+import pytest
+from vnpu_core import coordination, protocol
+from vnpu_sandbox.apiserver import harness
+
+from vnpu_scheduler import app, cluster, server, settings
+
+Json = dict[str, Any]
+
+
+def handshake(age_seconds: float = 0.0, state: str = "reported") -> str:
+    when = datetime.now().replace(microsecond=0) - timedelta(seconds=age_seconds)
+    return coordination.encode_handshake(
+        coordination.Handshake(coordination.HandshakeState(state), when)
+    )
+
+
+def node_object(
+    name: str,
+    word: str = "Ascend310P",
+    chips: int = 4,
+    *,
+    count: int = 7,
+    devmem: int = 21527,
+    devcore: int = 8,
+    unhealthy: tuple[int, ...] = (),
+    network: bool = False,
+    handshake_age: float | None = 0.0,
+    allocatable: int | None = None,
+    server_kind: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> Json:
+    """A node as a device plugin leaves it: registered chips, handshake, allocatable."""
+    registered = [
+        protocol.RegisteredChip(
+            f"{name}-{word}-{i}",
+            i,
+            count,
+            devmem,
+            devcore,
+            word,
+            i not in unhealthy,
+            (0 if i < 4 else 1) if network else None,
+        )
+        for i in range(chips)
+    ]
+    annotations = {protocol.node_register_key(word): protocol.encode_node_register(registered)}
+    if handshake_age is not None:
+        annotations[protocol.node_handshake_key(word)] = handshake(handshake_age)
+    if server_kind is not None:
+        annotations["vnpu.io/server"] = server_kind
+    annotations.update(extra or {})
+    slots = chips * count if allocatable is None else allocatable
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annotations, "labels": {}},
+        "status": {
+            "capacity": {f"huawei.com/{word}": str(slots)},
+            "allocatable": {f"huawei.com/{word}": str(slots)},
+        },
+    }
+
+
+def pod_object(
+    name: str,
+    word: str = "Ascend310P",
+    count: int | str | None = 1,
+    memory: int | str | None = None,
+    *,
+    namespace: str = "default",
+    annotations: dict[str, str] | None = None,
+    containers: list[Json] | None = None,
+) -> Json:
+    """A pod with one container asking for ``count`` chips of ``word`` (and ``memory`` MiB)."""
+    limits: dict[str, str] = {}
+    if count is not None:
+        limits[f"huawei.com/{word}"] = str(count)
+    if memory is not None:
+        limits[f"huawei.com/{word}-memory"] = str(memory)
+    spec_containers = containers or [
+        {"name": "main", "image": "ascend/app", "resources": {"limits": limits}}
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+        "spec": {"containers": spec_containers},
+    }
+
+
+@dataclass
+class Kube:
+    """The emulator's URL and kubeconfig, with the official client bound to it."""
+
+    url: str
+    kubeconfig: Path
+    client: kubernetes.client.ApiClient
+    core: kubernetes.client.CoreV1Api
+
+    def plain(self, obj: Any) -> Json:
+        result: Json = self.client.sanitize_for_serialization(obj)
+        return result
+
+    def add_node(self, obj: Json) -> Json:
+        return self.plain(self.core.create_node(obj))
+
+    def add_pod(self, obj: Json) -> Json:
+        namespace = obj["metadata"].get("namespace", "default")
+        return self.plain(self.core.create_namespaced_pod(namespace, obj))
+
+    def pod(self, name: str, namespace: str = "default") -> Json:
+        return self.plain(self.core.read_namespaced_pod(name, namespace))
+
+    def node(self, name: str) -> Json:
+        return self.plain(self.core.read_node(name))
+
+    def annotate_node(self, name: str, annotations: dict[str, str | None]) -> None:
+        self.core.patch_node(name, {"metadata": {"annotations": annotations}})
+
+    def events(self, name: str, namespace: str = "default") -> list[Json]:
+        found = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
+        return [self.plain(e) for e in found.items]
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Kube]:
+    with harness.serve() as url:
+        path = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
+        client = kubernetes.config.new_client_from_config(str(path))
+        try:
+            yield Kube(url, path, client, kubernetes.client.CoreV1Api(client))
+        finally:
+            client.close()
+
+
+@dataclass
+class Running:
+    """A scheduler serving on loopback."""
+
+    url: str
+    service: app.Service
+    registry: prometheus_client.CollectorRegistry
+    urls: list[str] = field(default_factory=list)
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
+
+    def post(self, verb: str, body: object) -> httpx.Response:
+        return self.http.post(f"{self.url}/{verb}", json=body)
+
+    def post_raw(self, verb: str, content: bytes) -> httpx.Response:
+        return self.http.post(
+            f"{self.url}/{verb}", content=content, headers={"Content-Type": "application/json"}
+        )
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def wait_for(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not reached in time")
+            time.sleep(0.02)
+
+
+StartScheduler = Callable[..., Running]
+
+
+@pytest.fixture
+def start_scheduler(kube: Kube) -> Iterator[StartScheduler]:
+    """Start a scheduler against ``kube`` with settings overrides; stopped after the test."""
+    stack: list[Any] = []
+
+    def start(**overrides: Any) -> Running:
+        options: dict[str, Any] = {
+            "kubeconfig": kube.kubeconfig,
+            "host": "127.0.0.1",
+            "port": 0,
+            "webhook_port": 0,
+            "config_poll_seconds": 0.1,
+            "lock_wait": 2.0,
+        }
+        options.update(overrides)
+        config = settings.Settings(**options)
+        registry = prometheus_client.CollectorRegistry()
+        api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, 16)
+        application = app.build(config, api, registry)
+        context = server.running(application, config)
+        urls = context.__enter__()
+        stack.append((context, api))
+        running = Running(urls[0], application.state.service, registry, urls)
+        stack.append(running.http)
+        running.wait_for(lambda: running.http.get(f"{running.url}/readyz").status_code == 200)
+        return running
+
+    yield start
+    for item in reversed(stack):
+        if isinstance(item, httpx.Client):
+            item.close()
+        else:
+            context, api = item
+            context.__exit__(None, None, None)
+            api.close()
+
+
+@pytest.fixture
+def scheduler(start_scheduler: StartScheduler) -> Running:
+    return start_scheduler()
+
+
+def holder_object(
+    name: str, node: str, devices: str, word: str = "Ascend310P", runtime: str | None = None
+) -> Json:
+    """A running pod bound to ``node`` holding ``devices`` (the devices-allocated grammar)."""
+    annotations = {
+        protocol.allocated_key(word): devices,
+        protocol.VGPU_NODE_KEY: node,
+        protocol.BIND_PHASE_KEY: "success",
+    }
+    if runtime is not None:
+        annotations[protocol.runtime_key(word)] = runtime
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "ascend/app"}],
+        },
+    }
+
+
+class Make:
+    """Builders for test objects (a fixture, since test modules cannot import conftest)."""
+
+    node = staticmethod(node_object)
+    pod = staticmethod(pod_object)
+    handshake = staticmethod(handshake)
+    holder = staticmethod(holder_object)
+
+
+@pytest.fixture
+def make() -> type[Make]:
+    return Make
