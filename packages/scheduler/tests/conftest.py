@@ -17,9 +17,9 @@ import httpx
 import kubernetes
 import prometheus_client
 import pytest
+
 from vnpu_core import coordination, protocol
 from vnpu_sandbox.apiserver import harness
-
 from vnpu_scheduler import app, cluster, server, settings
 
 Json = dict[str, Any]
