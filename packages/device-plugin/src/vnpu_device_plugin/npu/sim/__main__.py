@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vnpu_device_plugin.npu import backend, errors, faults
@@ -92,29 +92,41 @@ def _init(args: argparse.Namespace) -> None:
     print(f"{args.dir}: {len(sim.chips())} chips")
 
 
+def _read(read: Callable[[], str]) -> str:
+    """One column of ``show``: the value, or ``-`` when the chip does not answer."""
+    try:
+        return read()
+    except errors.NpuError:
+        return "-"
+
+
 def _show(sim: sim_backend.SimBackend) -> None:
-    print(
-        "phy card dev logic uuid                                         model   health   codes              temp  power   aicore memory"
-    )
+    print(f"{'phy':>3} {'card':>4} {'dev':>3} {'logic':>5} {'uuid':<44} {'model':<7} {'health':<8} "
+          f"{'codes':<18} {'temp':>5} {'power':>11} {'aicore':>6} memory MiB")  # fmt: skip
     for chip in sim.chips():
-        phy = chip.phy_id
-        head = f"{phy:>3} {chip.card_id:>4} {chip.device_id:>3} {chip.logic_id:>5} {chip.uuid} {chip.model:<7}"
-        try:
-            health = sim.health(phy)
-            mem = sim.memory(phy)
-            power = sim.power(phy)
-            codes = ",".join(faults.format_code(c) for c in health.error_codes) or "-"
-            print(
-                f"{head} {health.health.name.lower():<8} {codes:<18} {sim.temperature(phy):>4}C "
-                f"{power.watts:>5.1f}W {sim.aicore_percent(phy):>6}% {mem.used_mib}/{mem.total_mib} MiB"
-            )
-            for v in sim.vnpus(phy):
-                used = "in use" if v.container_used else "free"
-                print(
-                    f"      vnpu {v.vnpu_id} {v.template} ({v.aicore} AI cores, {v.memory_mib} MiB, {used})"
-                )
-        except errors.ChipGone:
-            print(f"{head} gone")
+        _show_chip(sim, chip)
+
+
+def _show_chip(sim: sim_backend.SimBackend, chip: backend.ChipInfo) -> None:
+    phy = chip.phy_id
+    head = f"{phy:>3} {chip.card_id:>4} {chip.device_id:>3} {chip.logic_id:>5} {chip.uuid} {chip.model:<7}"
+    try:
+        health = sim.health(phy)
+    except errors.ChipGone:
+        print(f"{head} gone")
+        return
+    codes = ",".join(faults.format_code(c) for c in health.error_codes) or "-"
+    temp = _read(lambda: f"{sim.temperature(phy)}C")
+    power = _read(lambda: f"{sim.power(phy).watts:.1f}W {sim.power(phy).scope.value}")
+    aicore = _read(lambda: f"{sim.aicore_percent(phy)}%")
+    memory = _read(lambda: f"{sim.memory(phy).used_mib}/{sim.memory(phy).total_mib}")
+    name = health.health.name.lower()
+    print(f"{head} {name:<8} {codes:<18} {temp:>5} {power:>11} {aicore:>6} {memory}")
+    for v in sim.vnpus(phy):
+        used = "in use" if v.container_used else "free"
+        print(
+            f"      vnpu {v.vnpu_id} {v.template} ({v.aicore} AI cores, {v.memory_mib} MiB, {used})"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
