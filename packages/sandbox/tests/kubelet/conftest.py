@@ -37,6 +37,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         preferred: Callable[[list[str], int], list[str]] | None = None,
         pre_start: bool = False,
         allocate_error: str = "",
+        pre_start_error: str = "",
+        preferred_error: str = "",
         numa: dict[str, int] | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
@@ -46,6 +48,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         self.preferred_fn = preferred
         self.pre_start = pre_start
         self.allocate_error = allocate_error
+        self.pre_start_error = pre_start_error
+        self.preferred_error = preferred_error
         self.numa = numa or {}
         self.requests: list[tuple[str, Any]] = []
         self.before_allocate: Callable[[], None] | None = None
@@ -155,6 +159,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
         self.requests.append(("GetPreferredAllocation", request))
+        if self.preferred_error:
+            context.abort(grpc.StatusCode.UNAVAILABLE, self.preferred_error)
         assert self.preferred_fn is not None
         responses = [
             api_pb2.ContainerPreferredAllocationResponse(
@@ -199,6 +205,8 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreStartContainerResponse:
         self.requests.append(("PreStartContainer", request))
+        if self.pre_start_error:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, self.pre_start_error)
         return api_pb2.PreStartContainerResponse()
 
 

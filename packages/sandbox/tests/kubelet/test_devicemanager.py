@@ -149,6 +149,9 @@ def test_stream_end_makes_devices_unhealthy_then_grace_drops_the_resource(
         plugin = make_plugin(RES, {"npu-0": True, "npu-1": True})
         plugin.register()
         wait(lambda: short.devices.capacity().get(RES) == (2, 2))
+        assert isinstance(
+            admission.admit(_pod("holder", ("main", 1)), short.devices), admission.Admitted
+        )
         plugin.end_streams()
         wait(
             lambda: short.devices.capacity().get(RES) == (2, 0), what="capacity kept, allocatable 0"
@@ -156,6 +159,9 @@ def test_stream_end_makes_devices_unhealthy_then_grace_drops_the_resource(
         wait(
             lambda: short.devices.capacity().get(RES) == (0, 0), what="resource dropped after grace"
         )
+        late = admission.admit(_pod("late", ("main", 1)), short.devices)
+        assert isinstance(late, admission.Rejected)
+        assert "cannot allocate unregistered device example.com/npu" in late.message
         plugin.serve()
         plugin.register()
         wait(lambda: short.devices.capacity().get(RES) == (2, 2), what="back after re-registration")
@@ -341,3 +347,46 @@ def test_a_new_device_manager_reads_the_checkpoint(
         assert fresh.entries("u1")[0].response.envs["VISIBLE_DEVICES"] == "d0"
     finally:
         fresh.close()
+
+
+def test_preferred_allocation_failure_rejects_with_the_wrapped_rpc_error(
+    node: Node, make_plugin: Callable[..., Any], wait: Callable[..., None]
+) -> None:
+    plugin = make_plugin(
+        RES, {"d0": True}, preferred=lambda a, n: a, preferred_error="topology unknown"
+    )
+    plugin.register()
+    wait(lambda: node.devices.capacity().get(RES) == (1, 1))
+    outcome = admission.admit(_pod("u1", ("main", 1)), node.devices)
+    assert outcome == admission.Rejected(
+        "UnexpectedAdmissionError",
+        "Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: "
+        "rpc error: code = Unavailable desc = topology unknown, which is unexpected",
+    )
+
+
+def test_pre_start_failure_is_a_start_failure_of_that_container(
+    node: Node, make_plugin: Callable[..., Any], wait: Callable[..., None]
+) -> None:
+    plugin = make_plugin(RES, {"d0": True}, pre_start=True, pre_start_error="firmware not loaded")
+    plugin.register()
+    wait(lambda: node.devices.capacity().get(RES) == (1, 1))
+    outcome = admission.admit(_pod("u1", ("main", 1)), node.devices)
+    assert outcome == admission.StartFailed(
+        "main",
+        "device plugin PreStartContainer rpc failed with err: "
+        "rpc error: code = FailedPrecondition desc = firmware not loaded",
+    )
+    assert _ids(node, "u1") == {"main": ("d0",)}
+
+
+def test_an_unreadable_checkpoint_is_ignored(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    path = node.plugin_dir / checkpoint.CHECKPOINT_NAME
+    path.write_text('{"Data": {}, "Checksum": 1}')
+    fresh = devicemanager.DeviceManager(node.plugin_dir, lambda: None)
+    try:
+        assert fresh.restore() is False
+        assert fresh.capacity() == {}
+    finally:
+        fresh.close()
+    assert "checkpoint_unreadable" in caplog.text

@@ -370,3 +370,91 @@ def test_pod_resources_lists_assignments_and_allocatable_devices(
             )
         assert info.value.code() == grpc.StatusCode.UNKNOWN
         assert info.value.details() == "pod ghost in namespace default not found"
+
+
+def test_a_new_node_zeroes_stale_extended_resources_of_an_existing_node(
+    make_kubelet: Callable[..., kubelet.Kubelet], core: client.CoreV1Api, node_name: str
+) -> None:
+    stale = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
+    body = client.V1Node.from_dict(stale)
+    assert body is not None
+    core.create_node(body)
+    core.patch_node_status(
+        node_name,
+        {"status": {"capacity": {RES: "4", "cpu": "2"}, "allocatable": {RES: "4", "cpu": "2"}}},
+        _content_type="application/merge-patch+json",
+    )
+    make_kubelet()  # no checkpoint in its device plugin directory: a new node
+    assert _node_resources(core, node_name) == ("0", "0")
+    node = core.read_node(node_name)
+    assert node.status is not None
+    assert node.status.capacity is not None
+    assert node.status.capacity["cpu"] == "8"
+
+
+def test_running_pods_are_adopted_not_admitted_again(
+    make_kubelet: Callable[..., kubelet.Kubelet],
+    core: client.CoreV1Api,
+    node_name: str,
+    wait: Callable[..., None],
+) -> None:
+    core.create_namespaced_pod("default", _pod(node_name, "veteran", count=0))
+    core.patch_namespaced_pod_status(
+        "veteran",
+        "default",
+        {"status": {"phase": "Running", "podIP": "10.244.9.9"}},
+        _content_type="application/merge-patch+json",
+    )
+    node = make_kubelet()
+    status = _status(core, "veteran")
+    assert status is not None
+    assert status.phase == "Running"
+    assert status.pod_ip == "10.244.9.9"
+    with grpc.insecure_channel(f"unix://{node.config.pod_resources_socket}") as channel:
+        listed = pr_grpc.PodResourcesListerStub(channel).List(
+            pr.ListPodResourcesRequest(), timeout=5
+        )
+    assert [p.name for p in listed.pod_resources] == ["veteran"]
+    node.complete_pod("default", "veteran", exit_code=3)
+    wait(lambda: _phase(core, "veteran") == "Failed")
+
+
+def test_pre_start_failure_leaves_the_pod_pending_and_get_can_be_disabled(
+    make_kubelet: Callable[..., kubelet.Kubelet],
+    make_plugin: Callable[..., Any],
+    core: client.CoreV1Api,
+    node_name: str,
+    wait: Callable[..., None],
+) -> None:
+    node = make_kubelet(pod_resources_get=False)
+    plugin = make_plugin(RES, {"d0": True}, pre_start=True, pre_start_error="firmware not loaded")
+    plugin.register()
+    wait(lambda: node.capacity().get(RES) == (1, 1))
+    core.create_namespaced_pod("default", _pod(node_name, "stuck"))
+
+    def waiting_reason() -> str | None:
+        status = _status(core, "stuck")
+        statuses = (status.container_statuses if status else None) or []
+        waiting = statuses[0].state.waiting if statuses and statuses[0].state else None
+        return waiting.reason if waiting else None
+
+    wait(lambda: waiting_reason() == "CreateContainerConfigError", what="container waiting")
+    status = _status(core, "stuck")
+    assert status is not None
+    assert status.phase == "Pending"
+    (container,) = status.container_statuses or []
+    assert container.state is not None
+    assert container.state.waiting is not None
+    assert container.state.waiting.message == (
+        "device plugin PreStartContainer rpc failed with err: "
+        "rpc error: code = FailedPrecondition desc = firmware not loaded"
+    )
+    with grpc.insecure_channel(f"unix://{node.config.pod_resources_socket}") as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Get(
+                pr.GetPodResourcesRequest(pod_name="stuck", pod_namespace="default"), timeout=5
+            )
+        assert info.value.details() == "PodResources API Get method disabled"
+        listed = stub.List(pr.ListPodResourcesRequest(), timeout=5)
+    assert [p.name for p in listed.pod_resources] == ["stuck"]

@@ -88,8 +88,12 @@ class DeviceManager:
 
     # -- start, restart, stop --------------------------------------------------------
 
-    def restore(self) -> None:
-        """Load the checkpoint: keep assignments, know the resources, forget the endpoints."""
+    def restore(self) -> bool:
+        """Load the checkpoint: keep assignments, know the resources, forget the endpoints.
+
+        Returns whether there was a readable checkpoint (without one, the kubelet treats the
+        node as new and zeroes the extended resources left on an existing Node object).
+        """
         try:
             saved = checkpoint.load(self._checkpoint_path)
         except errors.CheckpointError as exc:
@@ -103,6 +107,7 @@ class DeviceManager:
                     self._plugins.setdefault(resource, _Plugin(None, stopped_at=now))
             self._schedule_expiry()
         self._on_change()
+        return saved is not None
 
     def forget_endpoints(self) -> None:
         """A kubelet restart: every endpoint is gone, devices unknown until plugins register again."""

@@ -101,8 +101,8 @@ class Kubelet:
         try:
             self._plugin_dir.mkdir(parents=True, exist_ok=True)
             registration.remove_sockets(self._plugin_dir)
-            self.devices.restore()
-            self._publisher.register()
+            had_checkpoint = self.devices.restore()
+            self._publisher.register(reset_extended=not had_checkpoint)
             self._publisher.start()
             self._serve()
             self._worker.start()

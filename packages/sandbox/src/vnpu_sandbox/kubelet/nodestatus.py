@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_sandbox.kubelet import errors, podstatus
+from vnpu_sandbox.kubelet import errors, podstatus, resourcename
 from vnpu_sandbox.kubelet.apiclient import KubeApi
 
 log = logging.getLogger(__name__)
@@ -143,9 +143,15 @@ class NodeStatusPublisher:
         self._thread: threading.Thread | None = None
         self.published = 0
         """How many status patches went through (tests and logs read it)."""
+        self._stale: set[str] = set()
 
-    def register(self) -> None:
-        """Create the Node, or make sure an existing one carries the kubelet's labels; then publish."""
+    def register(self, reset_extended: bool = False) -> None:
+        """Create the Node, or make sure an existing one carries the kubelet's labels; then publish.
+
+        With ``reset_extended`` (no device checkpoint: a new node), extended resources an
+        existing Node still advertises are published as 0 until a plugin reports them again,
+        as the kubelet's ``reconcileExtendedResource`` does.
+        """
         existing = self._api.get_node(self._node.name)
         if existing is None:
             try:
@@ -156,12 +162,22 @@ class NodeStatusPublisher:
                     raise
         else:
             self._api.patch_node(self._node.name, {"metadata": {"labels": self._node.all_labels()}})
-            log.info("node_reused node=%s", self._node.name)
+            if reset_extended:
+                capacity = (existing.get("status") or {}).get("capacity") or {}
+                self._stale = {
+                    str(name)
+                    for name in capacity
+                    if resourcename.extended_resource_problem(str(name)) is None
+                }
+            log.info("node_reused node=%s zeroed=%s", self._node.name, sorted(self._stale))
         self.publish()
 
     def publish(self) -> None:
         now = podstatus.timestamp()
-        body = status(self._node, self._capacity(), self._started, now)
+        devices = self._capacity()
+        for name in self._stale - devices.keys():
+            devices[name] = (0, 0)
+        body = status(self._node, devices, self._started, now)
         self._api.patch_node(self._node.name, {"status": body}, status=True)
         self.published += 1
 
