@@ -32,7 +32,7 @@ def api_url() -> Iterator[str]:
 def core(api_url: str) -> Iterator[client.CoreV1Api]:
     api = apiclient.client_for_host(api_url)
     yield client.CoreV1Api(api)
-    api.close()
+    apiclient.close_client(api)
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def make_kubelet(
     for instance in started:
         instance.stop()
     for api in api_clients:
-        api.close()
+        apiclient.close_client(api)
 
 
 def _pod(node: str, name: str, count: int = 1, **extra: Any) -> client.V1Pod:
