@@ -3,8 +3,8 @@
 ``vnpu plan --cluster CLUSTER.yaml --workload WORKLOAD.yaml`` reads both files (and an
 optional HAMi device-config), parses the YAML, hands the documents to
 ``vnpu_core.planfiles`` and ``vnpu_core.plan``, and prints the plan as aligned plain-text
-tables or, with ``--json``, as one JSON object. This is the only module of vnpu-core that
-touches files. Exit status: 0 when the plan was made (even if some pods are rejected), 2
+tables or, with ``--json``, as one JSON object. File reading happens here; the modules
+it calls are pure. Exit status: 0 when the plan was made (even if some pods are rejected), 2
 when an input is bad, with one line on stderr naming the file, the path inside it and the
 value. The ``vnpu`` console script (packages/core/pyproject.toml) calls ``main``.
 """
@@ -12,6 +12,7 @@ value. The ``vnpu`` console script (packages/core/pyproject.toml) calls ``main``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Hashable, Sequence
@@ -112,14 +113,7 @@ def make_plan(
     documents, lines = _yaml(_read_text(workload_path), workload_path, many=True)
     workload = planfiles.read_workload(documents, workload_path, models, lines)
     made = plan.place(cluster, workload, models, policy)
-    return plan.Plan(
-        made.policy,
-        made.placements,
-        made.refusals,
-        made.nodes,
-        made.summary,
-        config_notes + made.notes,
-    )
+    return dataclasses.replace(made, notes=config_notes + made.notes)
 
 
 # --- rendering --------------------------------------------------------------------------
