@@ -3,6 +3,8 @@
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vnpu_core import allocator, catalog, errors, plan, planfiles
 from vnpu_core.budgets import Reason
@@ -153,6 +155,37 @@ def test_soft_pods_only_go_to_soft_nodes_and_hard_vnpus_avoid_them() -> None:
         ("hard", 0, 1),
         ("soft", 1, 0),
     ]
+
+
+# One 310P3 request: (chip count, memory MiB or None for whole chips).
+_REQUESTS = st.sampled_from([(1, 3000), (1, 6000), (1, 12000), (1, None), (2, None)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(wanted=st.lists(_REQUESTS, min_size=1, max_size=30), policy=st.sampled_from(list(Policy)))
+def test_the_plan_never_over_commits_a_chip(
+    wanted: list[tuple[int, int | None]], policy: Policy
+) -> None:
+    documents = [pod(f"p{i}", count=c, memory=m) for i, (c, m) in enumerate(wanted)]
+    made = run([node("duo-a", chips=4), node("duo-b", chips=2)], documents, policy)
+    assert made.summary.placed + made.summary.rejected == len(wanted)
+    model = MODELS.by_common_word("Ascend310P")
+    assert model is not None
+    held: dict[tuple[str, int], list[str | None]] = {}
+    for p in made.placements:
+        for c in p.assignment.containers:
+            for g in c.grants:
+                held.setdefault((p.assignment.node, g.chip), []).append(g.template)
+    for key, templates in held.items():
+        if None in templates:  # a whole chip is held by exactly one container
+            assert templates == [None], key
+            continue
+        used = [model.template(t) for t in templates if t is not None]
+        assert len(used) <= model.max_vnpus, key
+        assert sum(t.memory_mib for t in used if t) <= model.memory_capacity_mib, key
+        assert sum(t.aicore for t in used if t) <= model.aicore, key
+        assert sum(t.aicpu for t in used if t) <= model.aicpu, key
+    assert made.summary.chips_used == len(held)
 
 
 # --- the whole-chip comparison ------------------------------------------------------------
