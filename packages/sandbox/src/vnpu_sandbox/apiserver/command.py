@@ -1,7 +1,8 @@
 """``vnpu-sandbox apiserver``: run the Kubernetes API emulator in the foreground.
 
 ``vnpu_sandbox.cli`` registers this subcommand; it turns the flags into ``server.Settings``
-and serves until interrupted. A bad ``--state`` file or an unusable port is reported on
+and serves until interrupted (Ctrl-C or SIGTERM: open watches end, the state file is
+written, exit status 0 for Ctrl-C). A bad ``--state`` file or an unusable port is reported on
 stderr with exit status 2, without a traceback.
 """
 
@@ -70,4 +71,6 @@ def run(args: argparse.Namespace) -> int:
     except errors.StateFileError as exc:
         print(f"vnpu-sandbox apiserver: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises Ctrl-C after its graceful shutdown: that is a clean stop
     return 0

@@ -18,7 +18,6 @@ kubeconfig whose current context points at that URL without credentials.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import socket
 import threading
 import time
@@ -37,12 +36,16 @@ CONTEXT = "vnpu-sandbox"
 def serve(*, start_timeout: float = 10.0, **settings: Any) -> Iterator[str]:
     """Start an emulator on 127.0.0.1 (free port) in a background thread; yield its URL."""
     options = server.Settings(**settings)
+    api_server = server.ApiServer(options)  # reads the state file first: fails before binding
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((options.host, options.port))
-    listener.listen(128)
+    try:
+        listener.bind((options.host, options.port))
+        listener.listen(128)
+    except OSError:
+        listener.close()
+        raise
     host, port = listener.getsockname()[:2]
-    api_server = server.ApiServer(dataclasses.replace(options, port=port))
     runner = server.Uvicorn(server.uvicorn_config(api_server, quiet=True), api_server)
     thread = threading.Thread(
         target=lambda: runner.run(sockets=[listener]), name=f"vnpu-apiserver-{port}", daemon=True
@@ -52,6 +55,7 @@ def serve(*, start_timeout: float = 10.0, **settings: Any) -> Iterator[str]:
     while not runner.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             runner.request_stop()
+            thread.join(timeout=10)
             listener.close()
             raise RuntimeError(f"the API emulator did not start on {host}:{port}")
         time.sleep(0.01)
