@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from vnpu_kubelet_api import cli, constants
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from vnpu_kubelet_api import constants
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2 as dp
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
