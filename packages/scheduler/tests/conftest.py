@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from vnpu_sandbox.apiserver import server as apiserver
 from vnpu_scheduler import app, cluster, server, settings
 
 Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def handshake(age_seconds: float = 0.0, state: str = "reported") -> str:
@@ -138,7 +140,12 @@ class Kube:
         return self.plain(self.core.read_node(name))
 
     def annotate_node(self, name: str, annotations: dict[str, str | None]) -> None:
-        self.core.patch_node(name, {"metadata": {"annotations": annotations}})
+        body = {"metadata": {"annotations": annotations}}
+        self.core.patch_node(name, body, _content_type=MERGE_PATCH)
+
+    def annotate_pod(self, name: str, annotations: dict[str, str | None]) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        self.core.patch_namespaced_pod(name, "default", body, _content_type=MERGE_PATCH)
 
     def events(self, name: str, namespace: str = "default") -> list[Json]:
         found = self.core.list_namespaced_event(
@@ -300,3 +307,91 @@ class Make:
 @pytest.fixture
 def make() -> type[Make]:
     return Make
+
+
+class PluginStandIn:
+    """Plays the device plugin's part on the wire, through the API only.
+
+    No device plugin runs in these tests, so after each bind something must do what the
+    plugin does after a successful Allocate: set ``hami.io/bind-phase: success``, erase the
+    served containers from ``-devices-to-allocate`` and remove the node lock the pod owns.
+    """
+
+    def __init__(self, url: str) -> None:
+        config = kubernetes.client.Configuration()
+        config.host = url
+        self._client = kubernetes.client.ApiClient(config)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.served = 0
+
+    def __enter__(self) -> PluginStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        self._client.close()
+
+    def _run(self) -> None:
+        version = ""
+        while not self._stopping.is_set():
+            response = self._core.list_pod_for_all_namespaces(
+                watch=True,
+                resource_version=version or None,
+                timeout_seconds=1,
+                _preload_content=False,
+            )
+            for line in response:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                pod = event.get("object") or {}
+                version = (pod.get("metadata") or {}).get("resourceVersion", version)
+                if event.get("type") == "MODIFIED":
+                    self._serve(pod)
+            response.release_conn()
+
+    def _serve(self, pod: Json) -> None:
+        meta = pod["metadata"]
+        notes = meta.get("annotations") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if notes.get(protocol.BIND_PHASE_KEY) != "allocating" or not node:
+            return
+        update: dict[str, str | None] = {protocol.BIND_PHASE_KEY: "success"}
+        for key, value in notes.items():
+            if key.endswith("-devices-to-allocate") and value.strip(";"):
+                pending = sum(1 for c in protocol.decode_devices(key, value) if c)
+                update[key] = protocol.erase_first_container(value, key=key, count=pending)
+        body = {"metadata": {"annotations": update}}
+        self._core.patch_namespaced_pod(
+            meta["name"], meta["namespace"], body, _content_type=MERGE_PATCH
+        )
+        owner = f",{meta['namespace']},{meta['name']}"
+        for _ in range(20):
+            found = self._core.read_node(node, _preload_content=False)
+            current = json.loads(found.data)
+            lock = (current["metadata"].get("annotations") or {}).get(protocol.NODE_LOCK_KEY, "")
+            if not lock.endswith(owner):
+                break
+            release = {
+                "metadata": {
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                    "annotations": {protocol.NODE_LOCK_KEY: None},
+                }
+            }
+            try:
+                self._core.patch_node(node, release, _content_type=MERGE_PATCH)
+                break
+            except kubernetes.client.exceptions.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        self.served += 1
+
+
+@pytest.fixture
+def plugin(kube: Kube) -> Iterator[PluginStandIn]:
+    with PluginStandIn(kube.url) as stand_in:
+        yield stand_in
