@@ -5,7 +5,7 @@ API to the API emulator (or any API server), so the vnpu device plugin, schedule
 run against it unchanged:
 
 * ``registration`` - the v1beta1 Registration service on ``<device plugin dir>/kubelet.sock``;
-* ``endpoint`` - the connection to one registered plugin (ListAndWatch, socket watch, calls);
+* ``pluginclient`` - the connection to one registered plugin (ListAndWatch, socket watch, calls);
 * ``devicemanager`` - plugin health, capacity, the kubelet's device-picking rules, checkpoint;
 * ``checkpoint`` - the device manager's checkpoint file;
 * ``admission`` - admitting one pod (devices for each container, PreStartContainer);

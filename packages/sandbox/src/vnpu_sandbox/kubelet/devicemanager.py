@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vnpu_sandbox.kubelet import checkpoint, errors
-from vnpu_sandbox.kubelet.endpoint import Device, Endpoint
+from vnpu_sandbox.kubelet import checkpoint, errors, pluginclient
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +56,9 @@ class PodRequest:
 
 @dataclass
 class _Plugin:
-    endpoint: Endpoint | None
+    endpoint: pluginclient.Endpoint | None
     stopped_at: float | None = None
-    devices: dict[str, Device] = field(default_factory=dict)
+    devices: dict[str, pluginclient.Device] = field(default_factory=dict)
 
     def healthy(self) -> set[str]:
         return {d.id for d in self.devices.values() if d.healthy and self.endpoint is not None}
@@ -138,7 +137,7 @@ class DeviceManager:
 
     # -- plugin side -----------------------------------------------------------------
 
-    def plugin_connected(self, endpoint: Endpoint) -> None:
+    def plugin_connected(self, endpoint: pluginclient.Endpoint) -> None:
         """A plugin registered: it replaces any earlier endpoint of the same resource."""
         with self._lock:
             plugin = self._plugins.setdefault(endpoint.resource, _Plugin(None))
@@ -153,7 +152,7 @@ class DeviceManager:
             endpoint.socket_path,
         )
 
-    def _on_list(self, endpoint: Endpoint, devices: list[Device]) -> None:
+    def _on_list(self, endpoint: pluginclient.Endpoint, devices: list[pluginclient.Device]) -> None:
         with self._lock:
             plugin = self._plugins.get(endpoint.resource)
             if plugin is None or plugin.endpoint is not endpoint or self._closed:
@@ -166,12 +165,14 @@ class DeviceManager:
         )
         self._on_change()
 
-    def _on_end(self, endpoint: Endpoint) -> None:
+    def _on_end(self, endpoint: pluginclient.Endpoint) -> None:
         with self._lock:
             plugin = self._plugins.get(endpoint.resource)
             if plugin is None or plugin.endpoint is not endpoint or self._closed:
                 return
-            plugin.devices = {i: Device(i, False, d.numa_nodes) for i, d in plugin.devices.items()}
+            plugin.devices = {
+                i: pluginclient.Device(i, False, d.numa_nodes) for i, d in plugin.devices.items()
+            }
             plugin.stopped_at = self._clock()
             self._save()
             self._schedule_expiry()
@@ -203,7 +204,7 @@ class DeviceManager:
                 result.setdefault(resource, (0, 0))
         return result
 
-    def allocatable(self) -> dict[str, list[Device]]:
+    def allocatable(self) -> dict[str, list[pluginclient.Device]]:
         """Healthy devices of every connected plugin, by resource, sorted by id."""
         with self._lock:
             return {

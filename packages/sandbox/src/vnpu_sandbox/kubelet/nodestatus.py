@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_sandbox.kubelet import errors, podstatus, resourcename
-from vnpu_sandbox.kubelet.apiclient import KubeApi
+from vnpu_sandbox.kubelet import apiclient, errors, podstatus, resourcename
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class NodeStatusPublisher:
 
     def __init__(
         self,
-        api: KubeApi,
+        api: apiclient.KubeApi,
         node: NodeIdentity,
         capacity: Callable[[], dict[str, tuple[int, int]]],
         heartbeat_seconds: float = 10.0,

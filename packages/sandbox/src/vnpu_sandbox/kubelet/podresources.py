@@ -26,8 +26,7 @@ from pathlib import Path
 import grpc
 
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.kubelet import checkpoint, devicemanager
-from vnpu_sandbox.kubelet.endpoint import Device
+from vnpu_sandbox.kubelet import checkpoint, devicemanager, pluginclient
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,9 @@ def entry_devices(entries: Iterable[checkpoint.Entry]) -> list[api_pb2.Container
     return out
 
 
-def device_list(resource: str, devices: Iterable[Device]) -> list[api_pb2.ContainerDevices]:
+def device_list(
+    resource: str, devices: Iterable[pluginclient.Device]
+) -> list[api_pb2.ContainerDevices]:
     pairs = [
         (node, d.id)
         for d in devices

@@ -27,13 +27,13 @@ from typing import Any
 from vnpu_sandbox.kubelet import (
     admission,
     allocations,
+    apiclient,
     devicemanager,
     errors,
+    nodestatus,
     podresources,
     podstatus,
 )
-from vnpu_sandbox.kubelet.apiclient import KubeApi, PodWatch
-from vnpu_sandbox.kubelet.nodestatus import NodeIdentity
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ def _key(pod: Json) -> str:
 class PodWorker:
     def __init__(
         self,
-        api: KubeApi,
-        node: NodeIdentity,
+        api: apiclient.KubeApi,
+        node: nodestatus.NodeIdentity,
         devices: devicemanager.DeviceManager,
         records: allocations.AllocationStore,
         watch_timeout_seconds: int = 300,
@@ -85,7 +85,7 @@ class PodWorker:
         self._tracked: dict[str, _Tracked] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._watch: PodWatch | None = None
+        self._watch: apiclient.PodWatch | None = None
         self._threads: list[threading.Thread] = []
         self._network = ipaddress.ip_network(node.pod_cidr, strict=False)
         self._events_supported = True

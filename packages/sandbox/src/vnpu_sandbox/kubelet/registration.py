@@ -23,8 +23,7 @@ import grpc
 
 from vnpu_kubelet_api import constants
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.kubelet import devicemanager, errors, resourcename
-from vnpu_sandbox.kubelet.endpoint import Endpoint
+from vnpu_sandbox.kubelet import devicemanager, errors, pluginclient, resourcename
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ class RegistrationServer:
     def register(self, request: api_pb2.RegisterRequest) -> None:
         check_request(request)
         socket = endpoint_path(self.plugin_dir, request.endpoint)
-        endpoint = Endpoint.connect(request.resource_name, socket, self._dial_timeout)
+        endpoint = pluginclient.Endpoint.connect(request.resource_name, socket, self._dial_timeout)
         self._devices.plugin_connected(endpoint)
 
     def start(self) -> None:
