@@ -10,10 +10,8 @@ through the official ``kubernetes`` client and through the kubectl binary (set
 from __future__ import annotations
 
 import base64
-import datetime
 import http.client
 import http.server
-import ipaddress
 import json
 import os
 import shutil
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -433,55 +432,16 @@ def rejected() -> type[Rejected]:
 # --- admission webhook servers ------------------------------------------------------------
 
 
-def self_signed(directory: Path) -> tuple[Path, Path, bytes]:
-    """A certificate for 127.0.0.1/localhost, its key, and the PEM to use as caBundle."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vnpu-test-webhook")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem = certificate.public_bytes(serialization.Encoding.PEM)
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(pem)
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path, pem
-
-
 class Webhook:
-    """A real admission webhook on loopback; ``decide(review) -> response`` answers each call."""
+    """A real admission webhook on loopback (HTTPS with a throwaway CA, or HTTP).
 
-    def __init__(
-        self, decide: Callable[[Json], Json], tls: tuple[Path, Path, bytes] | None = None
-    ) -> None:
+    ``decide(review) -> response`` answers each call; ``reviews`` records what was sent.
+    """
+
+    def __init__(self, decide: Callable[[Json], Json], https: bool = False) -> None:
         self.decide = decide
         self.reviews: list[Json] = []
-        self.ca_bundle = base64.b64encode(tls[2]).decode() if tls else ""
+        self.ca_bundle = ""
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -511,10 +471,12 @@ class Webhook:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         scheme = "http"
-        if tls is not None:
+        if https:
+            authority = trustme.CA()  # a throwaway CA; its PEM becomes the caBundle
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            authority.issue_cert("127.0.0.1", "localhost").configure_cert(context)
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.ca_bundle = base64.b64encode(authority.cert_pem.bytes()).decode()
             scheme = "https"
         self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/admit"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -526,12 +488,11 @@ class Webhook:
 
 
 @pytest.fixture
-def webhook_server(tmp_path: Path) -> Iterator[Callable[..., Webhook]]:
+def webhook_server() -> Iterator[Callable[..., Webhook]]:
     started: list[Webhook] = []
 
     def start(decide: Callable[[Json], Json], https: bool = False) -> Webhook:
-        tls = self_signed(Path(tempfile.mkdtemp(dir=tmp_path))) if https else None
-        started.append(Webhook(decide, tls))
+        started.append(Webhook(decide, https))
         return started[-1]
 
     yield start

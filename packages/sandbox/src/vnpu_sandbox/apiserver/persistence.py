@@ -97,4 +97,8 @@ class StateFile:
             await asyncio.sleep(self.interval)
             self._dirty.clear()
             data = self._serialize()  # on the loop thread: a consistent snapshot
-            await asyncio.to_thread(self._write, data)
+            try:
+                await asyncio.to_thread(self._write, data)
+            except errors.StateFileError:
+                self._dirty.set()  # keep the state owed, so the caller's retry writes it
+                raise
