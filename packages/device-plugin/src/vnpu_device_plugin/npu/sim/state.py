@@ -173,6 +173,13 @@ def _converter(name: str, annotation: str) -> Callable[[str], object]:
     return str
 
 
+# Per record word: field name -> converter from its text, built once from the dataclasses.
+_FIELDS: dict[str, dict[str, Callable[[str], object]]] = {
+    word: {f.name: _converter(f.name, str(f.type)) for f in dataclasses.fields(cls)}
+    for word, cls in _RECORDS.items()
+}
+
+
 def parse(text: str, source: str = STATE_FILE) -> State:
     """The state in ``text``; SimError names the line and field that do not parse."""
     config = ""
@@ -206,18 +213,21 @@ def parse(text: str, source: str = STATE_FILE) -> State:
 
 def _parse_record(source: str, number: int, word: str, tokens: list[str]) -> Any:
     cls = _RECORDS[word]
+    converters = _FIELDS[word]
     values: dict[str, object] = {}
     for token in tokens:
         key, sep, raw = token.partition("=")
-        where = f"line {number}: {word}.{key}"
         if not sep:
-            raise errors.SimError(source, where, token, "fields are key=value")
-        known = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-        if key not in known:
+            raise errors.SimError(
+                source, f"line {number}: {word}.{key}", token, "fields are key=value"
+            )
+        convert = converters.get(key)
+        if convert is None:
             continue  # a newer writer's field: ignore it, keep reading
         try:
-            values[key] = _converter(key, known[key])(raw)
+            values[key] = convert(raw)
         except (ValueError, KeyError) as exc:
+            where = f"line {number}: {word}.{key}"
             raise errors.SimError(source, where, raw, f"cannot read: {exc}") from exc
     try:
         return cls(**values)
