@@ -37,7 +37,9 @@ def serve(*, start_timeout: float = 10.0, **settings: Any) -> Iterator[str]:
     """Start an emulator on 127.0.0.1 (free port) in a background thread; yield its URL."""
     options = server.Settings(**settings)
     api_server = server.ApiServer(options)  # reads the state file first: fails before binding
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and without it every keep-alive request waits ~40 ms for a delayed ACK.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((options.host, options.port))
