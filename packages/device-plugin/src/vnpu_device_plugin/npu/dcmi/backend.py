@@ -10,7 +10,7 @@ some calls, and each read falls back in turn: fault codes from
 The driver only answers a refused create with a code, so ``create_vnpu`` asks the chip
 what is free (``dcmi_get_device_info`` 52/1 and 52/2) and names the budget the template
 lacks (``limits``), exactly as the simulated backend reports it. The device plugin
-constructs this backend for ``--backend dcmi``; the exporter reads through it.
+constructs this backend on real nodes; the exporter reads through it.
 """
 
 from __future__ import annotations

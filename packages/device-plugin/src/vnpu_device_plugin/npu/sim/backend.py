@@ -6,7 +6,7 @@ processes (a node's device plugin and exporter, the CLI, the stand-in libdcmi.so
 node. It behaves like the driver: a create checks the template budgets of
 ``vnpu_core.catalog`` and the chip's vNPU id range and fails with the code the stand-in
 library returns for the same case; a gone chip answers -8012. The device plugin and the
-exporter pick it with ``--sim-dir DIR``; the sandbox runs whole clusters on it.
+exporter use it for a simulated node (``--sim-dir DIR``); the sandbox runs whole clusters on it.
 """
 
 from __future__ import annotations
