@@ -158,7 +158,8 @@ def admission_response(
     """An AdmissionReview reply; a denial carries ``message`` with ``code`` (403 by default)."""
     response: Json = {"uid": uid, "allowed": allowed}
     if not allowed:
-        response["status"] = {"code": code or 403, "message": message, "reason": "Forbidden"}
+        reason = "BadRequest" if code == 400 else "Forbidden"
+        response["status"] = {"code": code or 403, "message": message, "reason": reason}
     elif message:
         response["warnings"] = [message]
     if allowed and patch:

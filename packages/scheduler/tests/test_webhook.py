@@ -1,0 +1,139 @@
+"""The admission webhook over TLS, called by the API emulator's admission path on pod CREATE."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import trustme
+
+Json = dict[str, Any]
+
+
+def _configuration(kind: str, name: str, url: str, ca_pem: bytes) -> Json:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": f"{name}.vnpu.io",
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+
+
+@pytest.fixture
+def webhooked(kube: Any, start_scheduler: Any, tmp_path: Path) -> Any:
+    authority = trustme.CA()
+    certificate = authority.issue_cert("127.0.0.1")
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    certificate.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+    certificate.private_key_pem.write_to_path(str(key_file))
+    scheduler = start_scheduler(tls_cert=cert_file, tls_key=key_file)
+    secure = scheduler.urls[1]
+    assert secure.startswith("https://127.0.0.1:")
+    ca = authority.cert_pem.bytes()
+    admission = kubernetes.client.AdmissionregistrationV1Api(kube.client)
+    admission.create_mutating_webhook_configuration(
+        _configuration("MutatingWebhookConfiguration", "vnpu-mutate", f"{secure}/mutate", ca)
+    )
+    admission.create_validating_webhook_configuration(
+        _configuration("ValidatingWebhookConfiguration", "vnpu-validate", f"{secure}/validate", ca)
+    )
+    return scheduler
+
+
+def _limits(pod: Json) -> Json:
+    result: Json = pod["spec"]["containers"][0]["resources"]["limits"]
+    return result
+
+
+def test_rounds_memory_and_routes_to_the_scheduler(kube: Any, make: Any, webhooked: Any) -> None:
+    pod = make.pod("vnpu", memory=4000)
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["requests"] = dict(resources["limits"])
+    stored = kube.add_pod(pod)
+    assert stored["spec"]["schedulerName"] == "vnpu-scheduler"
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "6144"
+    requests = stored["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["huawei.com/Ascend310P-memory"] == "6144"
+    whole = kube.add_pod(make.pod("whole", count=2))
+    assert _limits(whole)["huawei.com/Ascend310P-memory"] == "21527"
+    assert whole["spec"]["schedulerName"] == "vnpu-scheduler"
+    assert webhooked.sample("vnpu_scheduler_requests_total", verb="mutate", outcome="ok") == 2
+    assert webhooked.sample("vnpu_scheduler_requests_total", verb="validate", outcome="ok") == 2
+
+
+def test_rounded_pod_is_left_alone_the_second_time(kube: Any, make: Any, webhooked: Any) -> None:
+    pod = make.pod("exact", memory=6144)
+    pod["spec"]["schedulerName"] = "vnpu-scheduler"
+    stored = kube.add_pod(pod)
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "6144"
+
+
+def test_leaves_other_pods_untouched(kube: Any, make: Any, webhooked: Any) -> None:
+    plain = kube.add_pod(make.pod("web", count=None))
+    assert plain["spec"]["schedulerName"] == "default-scheduler"
+    other = make.pod("volcano-job", memory=4000)
+    other["spec"]["schedulerName"] = "volcano"
+    stored = kube.add_pod(other)
+    assert stored["spec"]["schedulerName"] == "volcano"
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "4000"
+    ignored = make.pod("ignored", memory="4Gi", annotations={"hami.io/webhook": "ignore"})
+    assert _limits(kube.add_pod(ignored))["huawei.com/Ascend310P-memory"] == "4Gi"
+
+
+@pytest.mark.parametrize(
+    ("pod_changes", "message"),
+    [
+        (
+            {"memory": "4Gi"},
+            "container 'main': huawei.com/Ascend310P-memory=4Gi: write MiB as a plain integer, e.g. 4096",
+        ),
+        (
+            {"memory": 30000},
+            "container 'main': huawei.com/Ascend310P-memory=30000: is larger than one Ascend310P chip (24576 MiB)",
+        ),
+        (
+            {"memory": 4000, "count": 2},
+            "container 'main': huawei.com/Ascend310P-memory=4000: vNPU templates are single-chip",
+        ),
+        ({"node": "n1"}, "spec.nodeName is preset to 'n1': a pod that requests NPUs"),
+        ({"privileged": True}, "container 'main': securityContext.privileged=true with NPUs"),
+    ],
+)
+def test_denies_with_the_container_resource_and_value(
+    kube: Any, make: Any, webhooked: Any, pod_changes: Json, message: str
+) -> None:
+    pod = make.pod("bad", count=pod_changes.get("count", 1), memory=pod_changes.get("memory", 4000))
+    if "node" in pod_changes:
+        pod["spec"]["nodeName"] = pod_changes["node"]
+    if pod_changes.get("privileged"):
+        pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as denied:
+        kube.add_pod(pod)
+    assert denied.value.status == 400
+    status = json.loads(denied.value.body)
+    assert status["reason"] == "BadRequest"
+    prefix = 'admission webhook "vnpu-mutate.vnpu.io" denied the request: '
+    assert status["message"].startswith(prefix + message)
+    assert kube.core.list_namespaced_pod("default").items == []
+    assert webhooked.sample("vnpu_scheduler_requests_total", verb="mutate", outcome="denied") == 1
