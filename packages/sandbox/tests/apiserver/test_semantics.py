@@ -250,6 +250,59 @@ def test_pages_are_consistent_and_expire_with_the_event_window(
     )
     assert (status, expired["reason"]) == (410, "Expired")
     assert expired["message"].startswith("The provided continue parameter is too old")
+    status, rest = http.json(
+        "GET",
+        f"/api/v1/namespaces/default/configmaps?limit=4&continue={expired['metadata']['continue']}",
+    )
+    assert status == 200
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["page-4", "page-9"], (
+        "the offered token continues from now"
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "resourceVersionMatch=Exact",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "resourceVersion=1&resourceVersionMatch=Latest",
+            'resourceVersionMatch: Unsupported value: "Latest": supported values: "Exact", "NotOlderThan"',
+        ),
+        (
+            "resourceVersion=0&resourceVersionMatch=Exact",
+            'resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+        ),
+    ],
+)
+def test_list_options_the_real_server_refuses(raw: Any, query: str, message: str) -> None:
+    status, answer = raw.json("GET", f"/api/v1/namespaces/default/configmaps?{query}")
+    assert (status, answer["reason"]) == (422, "Invalid")
+    assert answer["message"] == f'ListOptions.meta.k8s.io "" is invalid: {message}'
+
+
+def test_exact_reads_show_a_past_revision(raw: Any, unique: Any) -> None:
+    name = unique("exact")
+    _, created = raw.json(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": name}, "data": {"v": "1"}},
+    )
+    raw.json(
+        "PATCH",
+        f"/api/v1/namespaces/default/configmaps/{name}",
+        {"data": {"v": "2"}},
+        content_type="application/merge-patch+json",
+    )
+    revision = created["metadata"]["resourceVersion"]
+    _, past = raw.json(
+        "GET",
+        f"/api/v1/namespaces/default/configmaps?resourceVersion={revision}&resourceVersionMatch=Exact&fieldSelector=metadata.name%3D{name}",
+    )
+    assert past["metadata"]["resourceVersion"] == revision
+    assert [i["data"] for i in past["items"]] == [{"v": "1"}]
 
 
 def test_namespace_deletion_removes_its_contents(

@@ -188,8 +188,20 @@ STALE_OBJECT = (
 
 
 class Expired(ApiError):
+    """410: a revision older than the event window; may carry a token to continue anyway."""
+
     code = 410
     reason = "Expired"
+
+    def __init__(self, message: str, continue_token: str = "") -> None:
+        super().__init__(message)
+        self.continue_token = continue_token
+
+    def status(self) -> Json:
+        body = super().status()
+        if self.continue_token:
+            body["metadata"] = {"continue": self.continue_token}
+        return body
 
 
 class RequestEntityTooLarge(ApiError):

@@ -1,8 +1,7 @@
 """What each verb does to stored objects, with kube-apiserver's semantics.
 
-``routes`` calls one method per request after decoding it: ``get``, ``list`` (selectors,
-``limit``/``continue`` pages and exact-revision reads served consistently from the event
-history), ``prepare_create`` then ``insert`` (admission runs between the two, as in the real
+``routes`` calls one method per request after decoding it: ``get``, ``list`` (paged by
+``lists``), ``prepare_create`` then ``insert`` (admission runs between the two, as in the real
 server), ``update`` and ``patch`` (optimistic concurrency on ``metadata.resourceVersion``,
 no-op writes keep the revision), ``delete`` (finalizers, pod grace periods, namespaces
 emptied before they go) and ``bind`` (``pods/binding``: node name, Binding annotations and
@@ -11,10 +10,7 @@ the PodScheduled condition in one write). All of it is synchronous and runs on t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
-import json
 import random
 import time
 import uuid
@@ -23,20 +19,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vnpu_sandbox.apiserver import errors, patches, resources, selectors, store, strategies
+from vnpu_sandbox.apiserver import (
+    errors,
+    lists,
+    patches,
+    resources,
+    selectors,
+    store,
+    strategies,
+)
 
 Json = dict[str, Any]
 
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this response "
-    "to retrieve the remainder of the results. Continuing with the provided token results in an "
-    "inconsistent list - objects that were created, modified, or deleted between the time the "
-    "first chunk was returned and now may show up in the list."
-)
 
 
 def rfc3339(seconds: float) -> str:
@@ -44,39 +41,10 @@ def rfc3339(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class ListOptions:
-    resource_version: str = ""
-    match: str = ""
-    limit: int = 0
-    continue_token: str = ""
-
-
-@dataclass(frozen=True)
 class DeleteOptions:
     grace_period: int | None = None
     uid: str | None = None
     resource_version: str | None = None
-
-
-def _continue_token(revision: int, start: tuple[str, str]) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": "/".join(start) + "\x00"})
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _parse_continue(token: str) -> tuple[int, tuple[str, str]]:
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        revision = int(raw["rv"])
-        namespace, _, name = str(raw["start"]).rstrip("\x00").partition("/")
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise errors.BadRequest(f"continue key is not valid: {exc}") from exc
-    return revision, (namespace, name)
-
-
-def _revision(text: str, what: str) -> int:
-    if not text.isdigit():
-        raise errors.BadRequest(f'{what}: Invalid value: "{text}": must be a non-negative integer')
-    return int(text)
 
 
 def _parse_time(text: str) -> float:
@@ -92,10 +60,6 @@ def _pod_grace(pod: Json, requested: int | None) -> int:
     if not spec.get("nodeName") or status.get("phase") in ("Failed", "Succeeded"):
         return 0  # never scheduled or already finished: nothing to wait for
     return 1 if grace < 0 else grace
-
-
-def _strip_type(obj: Json) -> Json:
-    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
 
 
 class Registry:
@@ -127,56 +91,9 @@ class Registry:
         resource: resources.Resource,
         namespace: str | None,
         selector: selectors.Selector,
-        options: ListOptions,
+        options: lists.ListOptions,
     ) -> Json:
-        start: tuple[str, str] | None = None
-        if options.continue_token:
-            revision, start = _parse_continue(options.continue_token)
-            if revision < 0:
-                revision = self.store.revision
-                items = self.store.items(resource.key, namespace)
-            else:
-                try:
-                    items = self.store.snapshot(resource.key, namespace, revision)
-                except errors.Expired as exc:
-                    raise errors.Expired(CONTINUE_EXPIRED) from exc
-        elif options.match == "Exact":
-            revision = _revision(options.resource_version, "resourceVersion")
-            items = self.store.snapshot(resource.key, namespace, revision)
-        else:
-            if options.resource_version:
-                wanted = _revision(options.resource_version, "resourceVersion")
-                if wanted > self.store.revision:
-                    raise errors.Timeout(
-                        f"Too large resource version: {wanted}, current: {self.store.revision}",
-                        {
-                            "causes": [
-                                {
-                                    "reason": "ResourceVersionTooLarge",
-                                    "message": "Too large resource version",
-                                }
-                            ],
-                            "retryAfterSeconds": 1,
-                        },
-                    )
-            revision = self.store.revision
-            items = self.store.items(resource.key, namespace)
-        if start is not None:
-            items = [o for o in items if store.object_key(o) > start]
-        matching = [o for o in items if selector.matches(o)]
-        metadata: Json = {"resourceVersion": str(revision)}
-        if options.limit > 0 and len(matching) > options.limit:
-            remaining = len(matching) - options.limit
-            matching = matching[: options.limit]
-            metadata["continue"] = _continue_token(revision, store.object_key(matching[-1]))
-            if not selector.labels and not selector.fields:
-                metadata["remainingItemCount"] = remaining
-        return {
-            "kind": resource.list_kind,
-            "apiVersion": resource.api_version,
-            "metadata": metadata,
-            "items": [_strip_type(o) for o in matching],
-        }
+        return lists.page(self.store, resource, namespace, selector, options)
 
     # --- create -----------------------------------------------------------------------
 
@@ -439,7 +356,7 @@ class Registry:
         options: DeleteOptions,
         dry_run: bool = False,
     ) -> Json:
-        listed = self.list(resource, namespace, selector, ListOptions())
+        listed = self.list(resource, namespace, selector, lists.ListOptions())
         for item in listed["items"]:
             meta = item["metadata"]
             try:

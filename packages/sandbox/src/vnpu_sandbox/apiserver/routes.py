@@ -25,6 +25,7 @@ from vnpu_sandbox.apiserver import (
     codec,
     discovery,
     errors,
+    lists,
     paths,
     registry,
     selectors,
@@ -189,7 +190,7 @@ class Api:
             raise errors.BadRequest(
                 f'limit: Invalid value: "{limit}": must be a non-negative integer'
             )
-        options = registry.ListOptions(
+        options = lists.ListOptions(
             resource_version=query.get("resourceVersion", ""),
             match=query.get("resourceVersionMatch", ""),
             limit=int(limit),
