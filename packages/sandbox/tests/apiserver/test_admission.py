@@ -186,13 +186,18 @@ def test_mutations_are_defaulted_and_chained_in_name_order(
         body = configuration("MutatingWebhookConfiguration", {"url": url})
         body["metadata"]["name"] = name
         assert http.json("POST", MUTATING, body)[0] == 201
-    status, headers, raw_body = http.request("POST", PODS, pod("chained"))
+    body = pod("chained")
+    del body["metadata"]["namespace"]
+    status, headers, raw_body = http.request("POST", PODS, body)
     created = json.loads(raw_body)
     assert status == 201
     assert created["metadata"]["labels"]["containers"] == "2"
     sidecar = created["spec"]["containers"][1]
     assert sidecar["imagePullPolicy"] == "IfNotPresent", "patched-in containers get defaults"
     assert headers["warning"] == '299 - "labelled"'
+    sent = first.reviews[0]["request"]["object"]["metadata"]
+    assert sent["namespace"] == "default", "webhooks see the namespace taken from the URL"
+    assert "uid" not in sent, "mutating webhooks run before the object gets its uid"
 
 
 def test_broken_webhook_answers_are_call_failures(http: Any, pod: Any, webhook_server: Any) -> None:

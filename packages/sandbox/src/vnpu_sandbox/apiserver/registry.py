@@ -117,10 +117,10 @@ class Registry:
                 },
             )
 
-    def prepare_create(self, resource: resources.Resource, namespace: str, body: Json) -> Json:
-        """Name, namespace, uid, timestamps and server-set fields of a new object; validates it."""
-        obj = copy.deepcopy(body)
-        metadata = obj.setdefault("metadata", {})
+    def scope(self, resource: resources.Resource, namespace: str, body: Json) -> None:
+        """Put a new object in the request's namespace (or none), as the real server does
+        before admission; the namespace must exist and not be terminating."""
+        metadata = body.setdefault("metadata", {})
         if resource.namespaced:
             if metadata.get("namespace") and metadata["namespace"] != namespace:
                 raise errors.BadRequest(
@@ -130,6 +130,12 @@ class Registry:
             self._check_namespace(namespace)
         else:
             metadata.pop("namespace", None)
+
+    def prepare_create(self, resource: resources.Resource, namespace: str, body: Json) -> Json:
+        """Name, namespace, uid, timestamps and server-set fields of a new object; validates it."""
+        obj = copy.deepcopy(body)
+        self.scope(resource, namespace, obj)
+        metadata = obj["metadata"]
         if metadata.get("resourceVersion"):
             raise errors.BadRequest("resourceVersion should not be set on objects to be created")
         if not metadata.get("name") and metadata.get("generateName"):

@@ -38,7 +38,6 @@ from vnpu_sandbox.apiserver import (
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
-_NOT_SERVED = ("/openapi/v2", "/openapi/v3")
 _HEALTH = ("/healthz", "/livez", "/readyz")
 
 
@@ -102,10 +101,8 @@ class Api:
                 return json_response(document)
             if path in _HEALTH:
                 return PlainTextResponse("ok")
-        if path in _NOT_SERVED or path.startswith("/openapi/"):
-            return PlainTextResponse("404 page not found", status_code=404)
         target = paths.resolve(path)
-        if target is None:
+        if target is None:  # /openapi/v2 and /openapi/v3 included: clients fall back
             return PlainTextResponse("404 page not found", status_code=404)
         query = dict(request.query_params)
         method = request.method
@@ -308,6 +305,7 @@ class Api:
             resource.kind,
         )
         namespace = self._namespace(target)
+        self.registry.scope(resource, namespace, body)
         strategies.defaults(resource, body)
         name = str(body["metadata"].get("name", ""))
         attributes = admission.Request(resource, namespace, name, "CREATE", body, dry_run=dry_run)
