@@ -7,7 +7,9 @@ server does not share an interpreter lock with the clients), then measures:
    each event's delivery latency is the time from just before the create request was sent
    to the moment a watcher parsed the event (both read in this process);
 2. patch throughput: merge patches of one pod's annotations over keep-alive connections,
-   from 1 and 4 client threads, with and without watchers open on pods.
+   from 1 and 4 client threads, with and without watchers open on pods;
+3. the in-process harness (``harness.serve()``, what other packages' tests use) driven by the
+   official ``kubernetes`` client: request latency of reads and patches.
 
 Bounded in requests and time (every phase stops at its count or after 60 s). Prints a
 Markdown section for docs/benchmarks.md. Run: ``.venv/bin/python benchmarks/bench_apiserver.py``.
@@ -22,14 +24,22 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from vnpu_sandbox.apiserver import harness
 
 WATCHERS = 50
 WRITES = 400
 WRITE_GAP_SECONDS = 0.002
 PATCHES = 2000
+HARNESS_REQUESTS = 500
 PHASE_LIMIT_SECONDS = 60.0
 
 
@@ -209,6 +219,32 @@ def patch_throughput(port: int, clients: int, watchers: int) -> dict[str, float]
     }
 
 
+def harness_latency() -> dict[str, float]:
+    """Per-request latency of the kubernetes client against an in-process emulator."""
+    results: dict[str, float] = {}
+    with harness.serve() as url, tempfile.TemporaryDirectory() as directory:
+        path = harness.write_kubeconfig(Path(directory) / "kubeconfig", url)
+        api_client = k8s_config.new_client_from_config(config_file=str(path))
+        core = k8s.CoreV1Api(api_client)
+        core.create_namespaced_config_map("default", {"metadata": {"name": "timed"}})
+        calls = {
+            "read": lambda n: core.read_namespaced_config_map("timed", "default"),
+            "patch": lambda n: core.patch_namespaced_config_map(
+                "timed", "default", {"data": {"n": str(n)}}
+            ),
+        }
+        for name, call in calls.items():
+            durations = []
+            for number in range(HARNESS_REQUESTS):
+                begin = time.perf_counter()
+                call(number)
+                durations.append(time.perf_counter() - begin)
+            results[f"{name}_p50_ms"] = 1000 * statistics.median(durations)
+            results[f"{name}_p99_ms"] = 1000 * percentile(durations, 0.99)
+        api_client.close()
+    return results
+
+
 def main() -> None:
     process, port = start_server()
     try:
@@ -217,6 +253,7 @@ def main() -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+    in_process = harness_latency()
     print("## API emulator (vnpu-sandbox apiserver)\n")
     print(
         f"Python {platform.python_version()}, {platform.machine()}; server in its own process, clients in this one.\n"
@@ -236,6 +273,16 @@ def main() -> None:
     for clients, watchers, row in patch_rows:
         print(
             f"| {clients} | {watchers} | {row['per_second']:.0f} | {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms |"
+        )
+
+    print(
+        f"\n### In-process harness, kubernetes client, {HARNESS_REQUESTS} sequential requests each\n"
+    )
+    print("| request | latency p50 | p99 |")
+    print("|---|---|---|")
+    for name in ("read", "patch"):
+        print(
+            f"| {name} | {in_process[name + '_p50_ms']:.2f} ms | {in_process[name + '_p99_ms']:.2f} ms |"
         )
 
 
