@@ -115,8 +115,8 @@ class Service:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(call, *args))
 
-    def allocations(self) -> Iterator[metrics.ChipAllocation]:
-        """Per-chip usage of every available node (read on each scrape)."""
+    def allocations(self) -> metrics.Snapshot:
+        """Per-chip usage of every available node and the node counts (read on each scrape)."""
         counts = dict.fromkeys(("available", "unavailable", "usage_unknown"), 0)
         found: list[metrics.ChipAllocation] = []
         for state in self.cache.all_states():
@@ -128,9 +128,7 @@ class Service:
             for chip in node.chips:
                 used = state.usage.usage.get(chip.uuid)
                 found.append(metrics.ChipAllocation(state.name, chip, used or inventory.IDLE))
-        for label, count in counts.items():
-            self.stats.nodes.labels(label).set(count)
-        return iter(found)
+        return metrics.Snapshot(found, counts, self.cache.synced)
 
     def readiness(self) -> tuple[bool, Json]:
         status = self.config.status

@@ -97,21 +97,10 @@ class Metrics:
             "1 when the last device-config load succeeded, 0 when the last good config is kept.",
             registry=registry,
         )
-        self.cache_synced = Gauge(
-            "vnpu_scheduler_cache_synced",
-            "1 once the node and pod caches have listed the cluster.",
-            registry=registry,
-        )
         self.watch_restarts = Counter(
             "vnpu_scheduler_watch_restarts",
             "Watches restarted, by resource and cause (expired, closed, error).",
             ["resource", "cause"],
-            registry=registry,
-        )
-        self.nodes = Gauge(
-            "vnpu_scheduler_nodes",
-            "Nodes in the cache by state (available, unavailable, usage_unknown).",
-            ["state"],
             registry=registry,
         )
 
@@ -125,13 +114,22 @@ class ChipAllocation:
     usage: inventory.ChipUsage
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one scrape reports about the cache."""
+
+    chips: list[ChipAllocation]
+    nodes: dict[str, int]  # by state: available, unavailable, usage_unknown
+    synced: bool
+
+
 _MIB = 1024 * 1024
 
 
 class AllocationCollector(Collector):
-    """Per-chip allocation gauges read from ``snapshot`` on every scrape."""
+    """Cache gauges (per-chip allocation, nodes by state, sync) read once per scrape."""
 
-    def __init__(self, snapshot: Callable[[], Iterable[ChipAllocation]]) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
         self._snapshot = snapshot
 
     def describe(self) -> Iterable[Metric]:
@@ -171,7 +169,22 @@ class AllocationCollector(Collector):
                 labels=labels,
             ),
         }
-        for item in self._snapshot():
+        snapshot = self._snapshot()
+        synced = GaugeMetricFamily(
+            "vnpu_scheduler_cache_synced",
+            "1 once the node and pod caches have listed the cluster.",
+            value=1 if snapshot.synced else 0,
+        )
+        nodes = GaugeMetricFamily(
+            "vnpu_scheduler_nodes",
+            "Nodes in the cache by state (available, unavailable, usage_unknown).",
+            labels=["state"],
+        )
+        for state, count in snapshot.nodes.items():
+            nodes.add_metric([state], count)
+        yield synced
+        yield nodes
+        for item in snapshot.chips:
             chip, used = item.chip, item.usage
             values = [item.node, chip.uuid, str(chip.index), chip.model.common_word]
             whole = used.exclusive and not used.soft_slices

@@ -1,0 +1,124 @@
+"""The node cache recomputes exactly when it must; the per-chip gauges read it on each scrape."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from vnpu_core import catalog, coordination, protocol
+from vnpu_scheduler import cache
+
+Json = dict[str, Any]
+START = datetime(2026, 8, 18, 9, 55, 36)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _node(make: Any, name: str = "n1", version: str = "1") -> Json:
+    obj: Json = make.node(name, chips=2)
+    stamp = coordination.Handshake(coordination.HandshakeState.REPORTED, START)
+    obj["metadata"]["annotations"][protocol.node_handshake_key("Ascend310P")] = (
+        coordination.encode_handshake(stamp)
+    )
+    obj["metadata"]["resourceVersion"] = version
+    return obj
+
+
+def _holder(make: Any, uid: str, chip: int = 0) -> Json:
+    pod: Json = make.holder(uid, "n1", f"n1-Ascend310P-{chip},Ascend310P,21527,0:;")
+    pod["metadata"]["uid"] = uid
+    return pod
+
+
+def test_a_silent_plugin_turns_the_node_unavailable_without_any_event(make: Any) -> None:
+    clock = Clock()
+    nodes = cache.ClusterCache(catalog.BUILTIN, timedelta(seconds=60), clock)
+    nodes.replace_nodes([_node(make)])
+    first = nodes.state("n1")
+    assert first is not None
+    assert first.read.node is not None
+    clock.now = START + timedelta(seconds=59)
+    assert nodes.state("n1") is first  # nothing changed: the same state, memo included
+    clock.now = START + timedelta(seconds=61)
+    later = nodes.state("n1")
+    assert later is not None
+    assert later.read.node is None
+    assert "last reported 61 s ago" in later.read.unavailable
+
+
+def test_pod_changes_invalidate_only_their_node(make: Any) -> None:
+    nodes = cache.ClusterCache(catalog.BUILTIN, timedelta(seconds=60), Clock())
+    nodes.replace_nodes([_node(make, "n1"), _node(make, "n2")])
+    nodes.replace_pods([])
+    before = nodes.states(["n1", "n2"])
+    nodes.upsert_pod(_holder(make, "u1"))
+    after = nodes.states(["n1", "n2"])
+    assert after["n2"] is before["n2"]
+    state = after["n1"]
+    assert state is not None
+    assert state.usage.usage["n1-Ascend310P-0"].exclusive
+    nodes.remove_pod(_holder(make, "u1"))
+    state = nodes.state("n1")
+    assert state is not None
+    assert state.usage.usage == {}
+
+
+def test_assumed_pod_counts_until_the_watch_delivers_it(make: Any) -> None:
+    nodes = cache.ClusterCache(catalog.BUILTIN, timedelta(seconds=60), Clock())
+    nodes.replace_nodes([_node(make)])
+    nodes.replace_pods([])
+    bound = _holder(make, "u1", chip=1)
+    nodes.assume(bound)
+    state = nodes.state("n1")
+    assert state is not None
+    assert list(state.usage.usage) == ["n1-Ascend310P-1"]
+    stale = make.pod("u1")  # a late event from before the bind: no node, no annotations
+    stale["metadata"]["uid"] = "u1"
+    nodes.upsert_pod(stale)
+    state = nodes.state("n1")
+    assert state is not None
+    assert list(state.usage.usage) == ["n1-Ascend310P-1"]  # still assumed
+    nodes.upsert_pod(bound)  # the watch caught up
+    state = nodes.state("n1")
+    assert state is not None
+    assert list(state.usage.usage) == ["n1-Ascend310P-1"]  # counted once
+
+
+def test_nodes_form_reuses_the_cached_state_of_the_same_revision(make: Any) -> None:
+    nodes = cache.ClusterCache(catalog.BUILTIN, timedelta(seconds=60), Clock())
+    nodes.replace_nodes([_node(make, version="5")])
+    cached = nodes.state("n1")
+    assert nodes.state_of_object(_node(make, version="5")) is cached
+    assert nodes.state_of_object(_node(make, version="6")) is not cached
+
+
+def test_per_chip_allocation_gauges(kube: Any, make: Any, scheduler: Any) -> None:
+    kube.add_node(make.node("n1", chips=2))
+    runtime = '[{"UUID":"n1-Ascend310P-1","temp":"vir04","memory":12288}]'
+    kube.add_pod(make.holder("v", "n1", "n1-Ascend310P-1,Ascend310P,12288,0:;", runtime=runtime))
+    kube.add_pod(make.holder("w", "n1", "n1-Ascend310P-0,Ascend310P,21527,0:;"))
+    scheduler.wait_for(lambda: len(scheduler.service.cache.state("n1").usage.usage) == 2)
+    text = scheduler.http.get(f"{scheduler.url}/metrics").text
+    chip0 = 'chip="n1-Ascend310P-0",index="0",model="Ascend310P",node="n1"'
+    chip1 = 'chip="n1-Ascend310P-1",index="1",model="Ascend310P",node="n1"'
+    assert f"vnpu_scheduler_chip_allocated_whole{{{chip0}}} 1.0" in text
+    assert f"vnpu_scheduler_chip_allocated_aicores{{{chip0}}} 8.0" in text
+    assert f"vnpu_scheduler_chip_allocated_vnpus{{{chip1}}} 1.0" in text
+    assert f"vnpu_scheduler_chip_allocated_aicores{{{chip1}}} 4.0" in text
+    assert f"vnpu_scheduler_chip_allocated_aicpus{{{chip1}}} 4.0" in text
+    assert scheduler.sample(
+        "vnpu_scheduler_chip_allocated_memory_bytes",
+        chip="n1-Ascend310P-1",
+        index="1",
+        model="Ascend310P",
+        node="n1",
+    ) == float(12288 * 2**20)
+    assert 'vnpu_build_info{component="scheduler",version="0.1.0"} 1.0' in text
+    assert 'vnpu_scheduler_nodes{state="available"} 1.0' in text
+    assert "vnpu_scheduler_cache_synced 1.0" in text
