@@ -109,10 +109,6 @@ def bookmark_line(resource: resources.Resource, revision: int) -> bytes:
     return json.dumps({"type": "BOOKMARK", "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
-async def _single(line: bytes) -> AsyncIterator[bytes]:
-    yield line
-
-
 def open_stream(
     objects: store.Store,
     resource: resources.Resource,
@@ -125,38 +121,45 @@ def open_stream(
     render: Render = plain_line,
     queue_limit: int = 10_000,
 ) -> AsyncIterator[bytes]:
-    """Register a watcher and return the stream of its lines (an ERROR line if too old)."""
+    """The stream of a new watch; a malformed ``resource_version`` is a BadRequest now."""
+    if resource_version not in ("", "0") and not resource_version.isdigit():
+        raise errors.BadRequest(
+            f'resourceVersion: Invalid value: "{resource_version}": must be a non-negative integer'
+        )
     watcher = Watcher(resource, namespace, selector, render, queue_limit)
-    initial: list[bytes] = []
+    return _stream(objects, watcher, resource_version, timeout, bookmark_interval)
+
+
+def _start(objects: store.Store, watcher: Watcher, resource_version: str) -> list[bytes]:
+    """The lines owed before live events, and the subscription: one step, no await between."""
+    resource, initial = watcher.resource, []
     if resource_version in ("", "0"):
-        for obj in objects.items(resource.key, namespace):
-            if selector.matches(obj):
-                initial.append(
-                    render(store.Event(0, "ADDED", resource.key, obj, None), "ADDED", obj)
-                )
+        for obj in objects.items(resource.key, watcher.namespace):
+            if watcher.selector.matches(obj):
+                event = store.Event(0, "ADDED", resource.key, obj, None)
+                initial.append(watcher.render(event, "ADDED", obj))
     else:
-        if not resource_version.isdigit():
-            raise errors.BadRequest(
-                f'resourceVersion: Invalid value: "{resource_version}": must be a non-negative integer'
-            )
-        try:
-            replay = objects.events_since(int(resource_version))
-        except errors.Expired as exc:
-            return _single(error_line(exc))
-        for event in replay:
+        for event in objects.events_since(int(resource_version)):
             if event.key == resource.key and (seen := watcher.classify(event)) is not None:
-                initial.append(render(event, *seen))
+                initial.append(watcher.render(event, *seen))
     objects.subscribe(resource.key, watcher)
-    return _stream(objects, watcher, initial, timeout, bookmark_interval)
+    return initial
 
 
 async def _stream(
     objects: store.Store,
     watcher: Watcher,
-    initial: list[bytes],
+    resource_version: str,
     timeout: float,
     bookmark_interval: float | None,
 ) -> AsyncIterator[bytes]:
+    # Subscribing inside the generator means a stream that is never iterated (the client
+    # left before it started) never subscribes, so it cannot leak a watcher.
+    try:
+        initial = _start(objects, watcher, resource_version)
+    except errors.Expired as exc:
+        yield error_line(exc)
+        return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
