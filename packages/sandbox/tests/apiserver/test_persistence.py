@@ -125,6 +125,13 @@ def test_the_command_reports_a_bad_state_file_and_bad_flags(tmp_path: Path) -> N
         done.stderr.strip()
         == f'vnpu-sandbox apiserver: state file {state}: not a state file: "format" must be "vnpu-sandbox-apiserver-state/v1"'
     )
+    unwritable = tmp_path / "missing-directory" / "state.json"
+    done = _cli("apiserver", "--port", str(_free_port()), "--state", str(unwritable))
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == f"vnpu-sandbox apiserver: state file {unwritable}: No such file or directory"
+    )
     done = _cli("apiserver", "--port", "70000")
     assert done.returncode == 2
     assert "'70000' is not a TCP port (1-65535)" in done.stderr

@@ -67,6 +67,8 @@ class ApiServer:
             )
             self.state.load()
         self.registry.bootstrap()
+        if self.state is not None:
+            self.state.flush()  # an unwritable state file fails here, before serving
         limits = routes.WatchLimits(
             settings.watch_timeout, settings.bookmark_interval, settings.watch_queue_limit
         )
@@ -95,7 +97,6 @@ class ApiServer:
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         flusher: asyncio.Task[None] | None = None
         if self.state is not None:
-            self.state.flush()
             self.store.on_commit.append(self.state.mark_dirty)
             flusher = asyncio.create_task(self._flush_forever(self.state))
         try:
