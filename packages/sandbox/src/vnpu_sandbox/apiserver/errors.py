@@ -129,17 +129,24 @@ class Forbidden(ApiError):
     reason = "Forbidden"
 
 
-class NotFound(ApiError):
-    code = 404
-    reason = "NotFound"
+class _NamedObjectError(ApiError):
+    """An error about one object, worded ``<resource> "<name>" <what>`` with the object in details."""
+
+    what = ""
 
     def __init__(self, group: str, resource: str, name: str) -> None:
         super().__init__(
-            f'{qualified(group, resource)} "{name}" not found',
+            f'{qualified(group, resource)} "{name}" {self.what}',
             resource_details(group, resource, name),
         )
         self.resource = resource
         self.name = name
+
+
+class NotFound(_NamedObjectError):
+    code = 404
+    reason = "NotFound"
+    what = "not found"
 
 
 class MethodNotAllowed(ApiError):
@@ -156,17 +163,10 @@ class NotAcceptable(ApiError):
     reason = "NotAcceptable"
 
 
-class AlreadyExists(ApiError):
+class AlreadyExists(_NamedObjectError):
     code = 409
     reason = "AlreadyExists"
-
-    def __init__(self, group: str, resource: str, name: str) -> None:
-        super().__init__(
-            f'{qualified(group, resource)} "{name}" already exists',
-            resource_details(group, resource, name),
-        )
-        self.resource = resource
-        self.name = name
+    what = "already exists"
 
 
 class Conflict(ApiError):
