@@ -61,6 +61,46 @@ CASES = [
     pytest.param(
         "POST",
         PODS,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typed"}, "spec": "x"},
+        "application/json",
+        400,
+        "BadRequest",
+        'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field Pod.spec of type',
+        id="wrongly-typed-spec",
+    ),
+    pytest.param(
+        "POST",
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "typed"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": [1]}}]},
+        },
+        "application/json",
+        400,
+        "BadRequest",
+        'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal array into Go struct field Pod.spec.containers.resources.limits of type',
+        id="wrongly-typed-limits",
+    ),
+    pytest.param(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "typed"},
+            "spec": {"unschedulable": "yes"},
+        },
+        "application/json",
+        400,
+        "BadRequest",
+        'Node in version "v1" cannot be handled as a Node: json: cannot unmarshal string into Go struct field Node.spec.unschedulable of type bool',
+        id="wrongly-typed-bool",
+    ),
+    pytest.param(
+        "POST",
+        PODS,
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -342,6 +382,11 @@ def test_bad_patches_get_400_or_422(raw: Any, unique: Any) -> None:
         f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change fields other than'
     )
     assert "spec.nodeName" in parsed["message"]
+    status, parsed = raw.json(
+        "PATCH", path, {"spec": {"containers": "none"}}, content_type="application/merge-patch+json"
+    )
+    assert (status, parsed["reason"]) == (400, "BadRequest")
+    assert "cannot unmarshal string into Go struct field Pod.spec.containers" in parsed["message"]
     status, got = raw.json("GET", path)
     assert status == 200
     assert "nodeName" not in got["spec"]

@@ -2,9 +2,10 @@
 
 Clients (the ``kubernetes`` Python client, kubectl, the vnpu services) use it unchanged.
 Modules, from the wire inwards: ``server`` (settings, app, uvicorn), ``routes`` (dispatch),
-``paths`` (URL shapes), ``codec`` (bodies and media types), ``discovery``, ``tables``
-(kubectl printing), ``watch`` (streams), ``admission`` (webhooks), ``registry`` (verb
-semantics), ``strategies`` (per-kind rules), ``patches``, ``selectors``, ``store``
+``paths`` (URL shapes), ``codec`` (bodies and media types), ``schemas`` (field types),
+``discovery``, ``tables`` (kubectl printing), ``watch`` (streams), ``admission`` (webhooks),
+``registry`` (verb semantics), ``lists`` (paging), ``strategies`` (per-kind rules),
+``patches``, ``selectors``, ``store``
 (objects, revisions, event history), ``persistence`` (``--state``), ``resources`` (the
 served types) and ``errors``. Programs embed it with ``harness.serve()`` and
 ``harness.write_kubeconfig()``; the CLI entry is ``command``.

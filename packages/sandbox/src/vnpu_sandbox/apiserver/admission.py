@@ -28,7 +28,15 @@ import urllib.request
 import uuid
 from typing import Any
 
-from vnpu_sandbox.apiserver import errors, patches, resources, selectors, store, strategies
+from vnpu_sandbox.apiserver import (
+    errors,
+    patches,
+    resources,
+    schemas,
+    selectors,
+    store,
+    strategies,
+)
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -132,7 +140,9 @@ class Admission:
             patch = response.get("patch")
             if patch:
                 outcome.obj = self._apply_patch(hook, response, outcome.obj, patch)
-                strategies.defaults(request.resource, outcome.obj)
+                resource = request.resource
+                schemas.check(resource.kind, resource.api_version, outcome.obj)
+                strategies.defaults(resource, outcome.obj)
         return outcome
 
     async def validate(self, request: Request) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from vnpu_sandbox.apiserver import errors, patches, registry, resources
+from vnpu_sandbox.apiserver import errors, patches, registry, resources, schemas
 
 Json = dict[str, Any]
 
@@ -89,6 +89,7 @@ def read_object(body: bytes, content_type_header: str | None, api_version: str, 
             f'{kind} in version "{api_version.rsplit("/", 1)[-1]}" cannot be handled as a {kind}: metadata: must be an object, got {errors.quote(obj["metadata"])}'
         )
     obj["apiVersion"], obj["kind"] = api_version, kind
+    schemas.check(kind, api_version, obj)
     obj.setdefault("metadata", {})
     return obj
 

@@ -24,6 +24,7 @@ from vnpu_sandbox.apiserver import (
     lists,
     patches,
     resources,
+    schemas,
     selectors,
     store,
     strategies,
@@ -219,6 +220,7 @@ class Registry:
             raise errors.PatchFailed(
                 "metadata: the patch removed or replaced the object's metadata"
             )
+        schemas.check(resource.kind, resource.api_version, patched)
         return self.update(resource, namespace, name, patched, subresource, dry_run)
 
     def _write(self, resource: resources.Resource, old: Json, new: Json, dry_run: bool) -> Json:

@@ -1,8 +1,9 @@
 """Per-kind rules the real server applies on write: defaults, validation, status handling.
 
-``store`` calls ``defaults`` on every incoming body (create, update and patch results, as
-the real scheme defaulting does), ``validate_create``/``validate_update`` before it commits,
-and ``prepare_update`` to keep what a request may not change: the status on the main
+``registry`` calls ``defaults`` on every incoming body (create, update and patch results, as
+the real scheme defaulting does; ``routes`` and ``admission`` call it before and after
+mutating webhooks), ``validate_create``/``validate_update`` before it commits, and
+``prepare_update`` to keep what a request may not change: the status on the main
 resource, the spec on ``/status``, and server-owned metadata. Pod defaults are the ones
 clients rely on (``schedulerName``, ``restartPolicy``, requests copied from limits,
 ``status.phase: Pending``, ``status.qosClass``); pod spec updates are limited as in

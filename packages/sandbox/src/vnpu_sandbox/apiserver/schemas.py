@@ -1,0 +1,201 @@
+"""JSON types of the fields the emulator reads, checked as the real server's typed decoding does.
+
+kube-apiserver decodes every body into Go structs, so ``"spec": "x"`` or ``"limits": [1]``
+is a 400 before anything else runs. The emulator keeps objects as JSON; ``codec`` (create
+and update bodies), ``registry`` (patch results) and ``admission`` (mutated objects) call
+``check`` so that a wrongly typed field the server, kubectl or a client reads is refused the
+same way instead of failing later. Fields the emulator never reads are stored unchecked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from vnpu_sandbox.apiserver import errors
+
+OBJECT, ARRAY, STRING, INTEGER, BOOLEAN = "object", "array", "string", "integer", "boolean"
+_GO_TYPES = {
+    OBJECT: "map[string]interface {}",
+    ARRAY: "[]interface {}",
+    STRING: "string",
+    INTEGER: "int64",
+    BOOLEAN: "bool",
+}
+
+_META: tuple[tuple[str, str], ...] = (
+    ("metadata", OBJECT),
+    ("metadata.name", STRING),
+    ("metadata.generateName", STRING),
+    ("metadata.namespace", STRING),
+    ("metadata.uid", STRING),
+    ("metadata.resourceVersion", STRING),
+    ("metadata.labels", OBJECT),
+    ("metadata.annotations", OBJECT),
+    ("metadata.finalizers", ARRAY),
+    ("metadata.finalizers[]", STRING),
+    ("metadata.ownerReferences", ARRAY),
+    ("metadata.ownerReferences[]", OBJECT),
+    ("metadata.generation", INTEGER),
+    ("metadata.deletionGracePeriodSeconds", INTEGER),
+)
+_CONTAINERS = tuple(
+    (f"spec.{group}{field}", kind)
+    for group in ("containers", "initContainers", "ephemeralContainers")
+    for field, kind in (
+        ("", ARRAY),
+        ("[]", OBJECT),
+        ("[].name", STRING),
+        ("[].image", STRING),
+        ("[].resources", OBJECT),
+        ("[].resources.limits", OBJECT),
+        ("[].resources.requests", OBJECT),
+        ("[].ports", ARRAY),
+        ("[].ports[]", OBJECT),
+        ("[].env", ARRAY),
+        ("[].env[]", OBJECT),
+    )
+)
+_SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
+    "Pod": (
+        ("spec", OBJECT),
+        *_CONTAINERS,
+        ("spec.nodeName", STRING),
+        ("spec.schedulerName", STRING),
+        ("spec.restartPolicy", STRING),
+        ("spec.serviceAccountName", STRING),
+        ("spec.hostNetwork", BOOLEAN),
+        ("spec.terminationGracePeriodSeconds", INTEGER),
+        ("spec.activeDeadlineSeconds", INTEGER),
+        ("spec.priority", INTEGER),
+        ("spec.tolerations", ARRAY),
+        ("spec.tolerations[]", OBJECT),
+        ("spec.schedulingGates", ARRAY),
+        ("status", OBJECT),
+        ("status.phase", STRING),
+        ("status.podIP", STRING),
+        ("status.nominatedNodeName", STRING),
+        ("status.conditions", ARRAY),
+        ("status.conditions[]", OBJECT),
+        ("status.containerStatuses", ARRAY),
+        ("status.containerStatuses[]", OBJECT),
+        ("status.containerStatuses[].ready", BOOLEAN),
+        ("status.containerStatuses[].restartCount", INTEGER),
+    ),
+    "Node": (
+        ("spec", OBJECT),
+        ("spec.unschedulable", BOOLEAN),
+        ("spec.taints", ARRAY),
+        ("spec.taints[]", OBJECT),
+        ("status", OBJECT),
+        ("status.capacity", OBJECT),
+        ("status.allocatable", OBJECT),
+        ("status.conditions", ARRAY),
+        ("status.conditions[]", OBJECT),
+        ("status.addresses", ARRAY),
+        ("status.addresses[]", OBJECT),
+        ("status.nodeInfo", OBJECT),
+    ),
+    "Namespace": (
+        ("spec", OBJECT),
+        ("spec.finalizers", ARRAY),
+        ("status", OBJECT),
+        ("status.phase", STRING),
+    ),
+    "ConfigMap": (("data", OBJECT), ("binaryData", OBJECT), ("immutable", BOOLEAN)),
+    "Event": (
+        ("involvedObject", OBJECT),
+        ("source", OBJECT),
+        ("reason", STRING),
+        ("message", STRING),
+        ("type", STRING),
+        ("count", INTEGER),
+    ),
+    "Lease": (
+        ("spec", OBJECT),
+        ("spec.holderIdentity", STRING),
+        ("spec.leaseDurationSeconds", INTEGER),
+        ("spec.leaseTransitions", INTEGER),
+    ),
+    "Binding": (("target", OBJECT), ("target.name", STRING), ("target.kind", STRING)),
+}
+_WEBHOOKS = (
+    ("webhooks", ARRAY),
+    ("webhooks[]", OBJECT),
+    ("webhooks[].name", STRING),
+    ("webhooks[].clientConfig", OBJECT),
+    ("webhooks[].clientConfig.url", STRING),
+    ("webhooks[].clientConfig.caBundle", STRING),
+    ("webhooks[].clientConfig.service", OBJECT),
+    ("webhooks[].rules", ARRAY),
+    ("webhooks[].rules[]", OBJECT),
+    *(
+        (f"webhooks[].rules[].{f}", ARRAY)
+        for f in ("operations", "apiGroups", "apiVersions", "resources")
+    ),
+    ("webhooks[].namespaceSelector", OBJECT),
+    ("webhooks[].objectSelector", OBJECT),
+    ("webhooks[].failurePolicy", STRING),
+    ("webhooks[].timeoutSeconds", INTEGER),
+    ("webhooks[].admissionReviewVersions", ARRAY),
+)
+_SHAPES["MutatingWebhookConfiguration"] = _WEBHOOKS
+_SHAPES["ValidatingWebhookConfiguration"] = _WEBHOOKS
+
+
+def _type_of(value: object) -> str:
+    if isinstance(value, bool):
+        return BOOLEAN
+    if isinstance(value, int):
+        return INTEGER
+    if isinstance(value, str):
+        return STRING
+    if isinstance(value, list):
+        return ARRAY
+    return OBJECT if isinstance(value, dict) else "number"
+
+
+# How Go's decoder names the JSON value it could not store.
+_JSON_NAMES = {
+    BOOLEAN: "bool",
+    INTEGER: "number",
+    "number": "number",
+    STRING: "string",
+    ARRAY: "array",
+    OBJECT: "object",
+}
+
+
+def _values(node: Any, parts: list[str]) -> Iterator[Any]:
+    """Every value at a dotted path; ``name[]`` steps into each item of a list."""
+    if not parts:
+        yield node
+        return
+    part, rest = parts[0], parts[1:]
+    each = part.endswith("[]")
+    key = part[:-2] if each else part
+    if not isinstance(node, dict) or node.get(key) is None:
+        return
+    value = node[key]
+    if each:
+        if isinstance(value, list):
+            for item in value:
+                yield from _values(item, rest)
+    else:
+        yield from _values(value, rest)
+
+
+def check(kind: str, api_version: str, obj: dict[str, Any]) -> None:
+    """Raise ``BadRequest`` for the first field whose JSON type the real struct would refuse."""
+    for path, expected in (*_META, *_SHAPES.get(kind, ())):
+        parts = path.replace("[].", "[]/").replace(".", "/").split("/")
+        for value in _values(obj, parts):
+            actual = _type_of(value)
+            if actual == expected or value is None:
+                continue
+            version = api_version.rsplit("/", 1)[-1]
+            field = path.replace("[]", "")
+            raise errors.BadRequest(
+                f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot unmarshal '
+                f"{_JSON_NAMES[actual]} into Go struct field {kind}.{field} of type {_GO_TYPES[expected]}"
+            )
