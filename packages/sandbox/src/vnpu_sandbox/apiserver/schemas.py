@@ -185,17 +185,26 @@ def _values(node: Any, parts: list[str]) -> Iterator[Any]:
         yield from _values(value, rest)
 
 
+def _refuse(
+    kind: str, api_version: str, value: object, field: str, expected: str
+) -> errors.BadRequest:
+    version = api_version.rsplit("/", 1)[-1]
+    return errors.BadRequest(
+        f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot unmarshal '
+        f"{_JSON_NAMES[_type_of(value)]} into Go struct field {kind}.{field} of type {_GO_TYPES[expected]}"
+    )
+
+
 def check(kind: str, api_version: str, obj: dict[str, Any]) -> None:
     """Raise ``BadRequest`` for the first field whose JSON type the real struct would refuse."""
     for path, expected in (*_META, *_SHAPES.get(kind, ())):
         parts = path.replace("[].", "[]/").replace(".", "/").split("/")
         for value in _values(obj, parts):
-            actual = _type_of(value)
-            if actual == expected or value is None:
-                continue
-            version = api_version.rsplit("/", 1)[-1]
-            field = path.replace("[]", "")
-            raise errors.BadRequest(
-                f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot unmarshal '
-                f"{_JSON_NAMES[actual]} into Go struct field {kind}.{field} of type {_GO_TYPES[expected]}"
-            )
+            if value is not None and _type_of(value) != expected:
+                raise _refuse(kind, api_version, value, path.replace("[]", ""), expected)
+    metadata = obj.get("metadata")
+    for field in ("labels", "annotations"):
+        strings = metadata.get(field) if isinstance(metadata, dict) else None
+        for value in (strings or {}).values():
+            if not isinstance(value, str):
+                raise _refuse(kind, api_version, value, f"metadata.{field}", STRING)

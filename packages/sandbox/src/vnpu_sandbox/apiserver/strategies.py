@@ -151,34 +151,13 @@ def _name_errors(resource: resources.Resource, name: object) -> list[errors.Fiel
 
 
 def _label_errors(metadata: Json) -> list[errors.FieldError]:
+    """Label keys and values that are not valid (their JSON types were checked by ``schemas``)."""
     found: list[errors.FieldError] = []
-    labels = metadata.get("labels")
-    if labels is not None and not isinstance(labels, dict):
-        return [errors.FieldError("metadata.labels", "Invalid", labels, "must be a map of strings")]
-    for key, value in (labels or {}).items():
-        problem = selectors.label_key_problem(key)
-        if problem:
+    for key, value in (metadata.get("labels") or {}).items():
+        if problem := selectors.label_key_problem(key):
             found.append(errors.FieldError("metadata.labels", "Invalid", key, problem))
-        if not isinstance(value, str):
-            found.append(
-                errors.FieldError(f"metadata.labels[{key}]", "Invalid", value, "must be a string")
-            )
-        elif problem := selectors.label_value_problem(value):
+        if problem := selectors.label_value_problem(value):
             found.append(errors.FieldError("metadata.labels", "Invalid", value, problem))
-    annotations = metadata.get("annotations")
-    if annotations is not None and not isinstance(annotations, dict):
-        found.append(
-            errors.FieldError(
-                "metadata.annotations", "Invalid", annotations, "must be a map of strings"
-            )
-        )
-    for key, value in (annotations or {}).items():
-        if not isinstance(value, str):
-            found.append(
-                errors.FieldError(
-                    f"metadata.annotations[{key}]", "Invalid", value, "must be a string"
-                )
-            )
     return found
 
 
