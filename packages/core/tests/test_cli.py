@@ -113,7 +113,7 @@ def test_json_output_schema(files: tuple[str, str]) -> None:
     assert {d["kind"] for d in worker["devices"]} == {"whole"}
     (rejected,) = result["rejected"]
     assert rejected["pod"] == "too-big"
-    assert rejected["reason"] == "no-device"
+    assert rejected["reason"] == "too-many-chips"
     assert rejected["message"].startswith("0/3 nodes are available: 2 Ascend910B3: node has no")
     assert result["summary"] == {
         "pods": 6,

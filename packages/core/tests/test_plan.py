@@ -101,7 +101,8 @@ def test_rejection_names_every_reason_most_common_first() -> None:
     nodes = [node("duo-a"), node("duo-b"), node("mesh", chip="910B3", chips=8)]
     made = run(nodes, [pod("big", word="Ascend910B3", count=16)])
     (refusal,) = made.refusals
-    assert refusal.reason is Reason.NO_DEVICE
+    # The node that has the model tells why; nodes without it only fill the count.
+    assert refusal.reason is Reason.TOO_MANY_CHIPS
     assert refusal.message == (
         "0/3 nodes are available: "
         "2 Ascend910B3: node has no Ascend910B3 chip (it has: Ascend310P), "
@@ -129,8 +130,13 @@ def rejection(name: str, reason: Reason, message: str) -> allocator.Rejection:
         ),
         (
             [rejection("n1", Reason.AICORE, "c1"), rejection("n2", Reason.NO_DEVICE, "d2")],
-            Reason.NO_DEVICE,  # equal counts: the reason listed first in budgets.Reason
+            Reason.AICORE,  # a node with the model speaks for the pod, even when outnumbered
             "0/2 nodes are available: 1 d2, 1 c1.",
+        ),
+        (
+            [rejection("n1", Reason.NO_DEVICE, "d1"), rejection("n2", Reason.NO_DEVICE, "d2")],
+            Reason.NO_DEVICE,  # no node has the model at all
+            "0/2 nodes are available: 2 d1.",
         ),
     ],
 )

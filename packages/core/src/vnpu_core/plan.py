@@ -182,10 +182,12 @@ def _shape_key(node: inventory.Node) -> tuple[object, ...]:
 def refusal_reason(
     rejections: Sequence[allocator.Rejection], nodes: int
 ) -> tuple[budgets.Reason, str]:
-    """The most common reason code and a kube-scheduler style summary of every node's reason.
+    """The telling reason code and a kube-scheduler style summary of every node's reason.
 
     Nodes are grouped by reason code, largest group first; each group shows the message of
-    its first node by name: ``0/3 nodes are available: 2 <message>, 1 <message>.``
+    its first node by name: ``0/3 nodes are available: 2 <message>, 1 <message>.`` The code
+    is the largest group's, except that nodes without the chip model only decide it when
+    no node has the model: why the right nodes refused is what a person needs to see.
     """
     groups: dict[budgets.Reason, list[allocator.Rejection]] = {}
     for rejection in sorted(rejections, key=lambda r: r.node):
@@ -193,7 +195,8 @@ def refusal_reason(
     order = list(budgets.Reason)
     ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), order.index(item[0])))
     parts = ", ".join(f"{len(group)} {group[0].message}" for _, group in ranked)
-    return ranked[0][0], f"0/{nodes} nodes are available: {parts}."
+    telling = [code for code, _ in ranked if code is not budgets.Reason.NO_DEVICE] or [ranked[0][0]]
+    return telling[0], f"0/{nodes} nodes are available: {parts}."
 
 
 def _whole_chip_request(request: requests.PodRequest) -> requests.PodRequest:
