@@ -139,7 +139,9 @@ class Admission:
             outcome.warnings.extend(str(w) for w in response.get("warnings") or [])
             patch = response.get("patch")
             if patch:
-                outcome.obj = self._apply_patch(hook, response, outcome.obj, patch)
+                outcome.obj = schemas.without_nulls(
+                    self._apply_patch(hook, response, outcome.obj, patch)
+                )
                 resource = request.resource
                 schemas.check(resource.kind, resource.api_version, outcome.obj)
                 strategies.defaults(resource, outcome.obj)

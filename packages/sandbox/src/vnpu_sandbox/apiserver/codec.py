@@ -59,7 +59,7 @@ def read_object(body: bytes, content_type_header: str | None, api_version: str, 
             f"the body of the request was in an unknown format - accepted media types include: {', '.join(OBJECT_MEDIA_TYPES)}"
         )
     try:
-        obj = _parse(body, content_type)
+        obj = schemas.without_nulls(_parse(body, content_type))
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.BadRequest(
             f"the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {exc} ({_summary(body)})"

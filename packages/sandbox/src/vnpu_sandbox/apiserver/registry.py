@@ -211,7 +211,7 @@ class Registry:
     ) -> Json:
         old = self.get(resource, namespace, name)
         try:
-            patched = patches.apply(content_type, old, patch)
+            patched = schemas.without_nulls(patches.apply(content_type, old, patch))
         except patches.PatchError as exc:
             if exc.bad_request:
                 raise errors.BadRequest(str(exc)) from exc

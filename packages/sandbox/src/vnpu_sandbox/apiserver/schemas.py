@@ -4,7 +4,8 @@ kube-apiserver decodes every body into Go structs, so ``"spec": "x"`` or ``"limi
 is a 400 before anything else runs. The emulator keeps objects as JSON; ``codec`` (create
 and update bodies), ``registry`` (patch results) and ``admission`` (mutated objects) call
 ``check`` so that a wrongly typed field the server, kubectl or a client reads is refused the
-same way instead of failing later. Fields the emulator never reads are stored unchecked.
+same way instead of failing later, after ``without_nulls`` has dropped null members (the
+zero value in Go). Fields the emulator never reads are stored unchecked.
 """
 
 from __future__ import annotations
@@ -183,6 +184,16 @@ def _values(node: Any, parts: list[str]) -> Iterator[Any]:
                 yield from _values(item, rest)
     else:
         yield from _values(value, rest)
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every ``null`` member of an object removed, as a Go decode and encode
+    round trip leaves it (a null struct field is the zero value, which is omitted)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
 
 
 def _refuse(
