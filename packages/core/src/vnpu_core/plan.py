@@ -195,8 +195,10 @@ def refusal_reason(
     order = list(budgets.Reason)
     ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), order.index(item[0])))
     parts = ", ".join(f"{len(group)} {group[0].message}" for _, group in ranked)
-    telling = [code for code, _ in ranked if code is not budgets.Reason.NO_DEVICE] or [ranked[0][0]]
-    return telling[0], f"0/{nodes} nodes are available: {parts}."
+    telling: list[budgets.Reason] = [
+        code for code, _ in ranked if code is not budgets.Reason.NO_DEVICE
+    ]
+    return (telling or [ranked[0][0]])[0], f"0/{nodes} nodes are available: {parts}."
 
 
 def _whole_chip_request(request: requests.PodRequest) -> requests.PodRequest:
