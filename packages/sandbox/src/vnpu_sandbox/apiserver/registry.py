@@ -152,8 +152,8 @@ class Registry:
         metadata["uid"] = str(uuid.uuid4())
         metadata["creationTimestamp"] = rfc3339(self.clock())
         metadata["generation"] = 1
-        strategies.prepare_create(resource, obj)
         strategies.validate_create(resource, obj)
+        strategies.prepare_create(resource, obj)
         return obj
 
     def insert(self, resource: resources.Resource, obj: Json, dry_run: bool = False) -> Json:

@@ -5,7 +5,8 @@ is a 400 before anything else runs. The emulator keeps objects as JSON; ``codec`
 and update bodies), ``registry`` (patch results) and ``admission`` (mutated objects) call
 ``check`` so that a wrongly typed field the server, kubectl or a client reads is refused the
 same way instead of failing later, after ``without_nulls`` has dropped null members (the
-zero value in Go). Fields the emulator never reads are stored unchecked.
+zero value in Go; a null list item where an object or string is expected is refused, which
+Go would have decoded to a zero value). Fields the emulator never reads are stored unchecked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ _META: tuple[tuple[str, str], ...] = (
     ("metadata.ownerReferences[]", OBJECT),
     ("metadata.generation", INTEGER),
     ("metadata.deletionGracePeriodSeconds", INTEGER),
+    ("metadata.creationTimestamp", STRING),
+    ("metadata.deletionTimestamp", STRING),
 )
 _CONTAINERS = tuple(
     (f"spec.{group}{field}", kind)
@@ -79,9 +82,17 @@ _SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
         ("status.conditions", ARRAY),
         ("status.conditions[]", OBJECT),
         ("status.containerStatuses", ARRAY),
+        ("status.conditions[].type", STRING),
+        ("status.conditions[].status", STRING),
+        ("status.reason", STRING),
         ("status.containerStatuses[]", OBJECT),
         ("status.containerStatuses[].ready", BOOLEAN),
         ("status.containerStatuses[].restartCount", INTEGER),
+        ("status.containerStatuses[].state", OBJECT),
+        ("status.containerStatuses[].state.waiting", OBJECT),
+        ("status.containerStatuses[].state.waiting.reason", STRING),
+        ("status.containerStatuses[].state.terminated", OBJECT),
+        ("status.containerStatuses[].state.terminated.reason", STRING),
     ),
     "Node": (
         ("spec", OBJECT),
@@ -93,9 +104,17 @@ _SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
         ("status.allocatable", OBJECT),
         ("status.conditions", ARRAY),
         ("status.conditions[]", OBJECT),
+        ("status.conditions[].type", STRING),
+        ("status.conditions[].status", STRING),
         ("status.addresses", ARRAY),
         ("status.addresses[]", OBJECT),
+        ("status.addresses[].type", STRING),
+        ("status.addresses[].address", STRING),
         ("status.nodeInfo", OBJECT),
+        *(
+            (f"status.nodeInfo.{f}", STRING)
+            for f in ("kubeletVersion", "osImage", "kernelVersion", "containerRuntimeVersion")
+        ),
     ),
     "Namespace": (
         ("spec", OBJECT),
@@ -106,7 +125,16 @@ _SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
     "ConfigMap": (("data", OBJECT), ("binaryData", OBJECT), ("immutable", BOOLEAN)),
     "Event": (
         ("involvedObject", OBJECT),
+        *(
+            (f"involvedObject.{f}", STRING)
+            for f in ("kind", "name", "namespace", "uid", "fieldPath")
+        ),
         ("source", OBJECT),
+        ("source.component", STRING),
+        ("source.host", STRING),
+        ("lastTimestamp", STRING),
+        ("firstTimestamp", STRING),
+        ("eventTime", STRING),
         ("reason", STRING),
         ("message", STRING),
         ("type", STRING),
@@ -134,8 +162,19 @@ _WEBHOOKS = (
         (f"webhooks[].rules[].{f}", ARRAY)
         for f in ("operations", "apiGroups", "apiVersions", "resources")
     ),
-    ("webhooks[].namespaceSelector", OBJECT),
-    ("webhooks[].objectSelector", OBJECT),
+    *(
+        (f"webhooks[].{selector}{field}", kind)
+        for selector in ("namespaceSelector", "objectSelector")
+        for field, kind in (
+            ("", OBJECT),
+            (".matchLabels", OBJECT),
+            (".matchExpressions", ARRAY),
+            (".matchExpressions[]", OBJECT),
+            (".matchExpressions[].key", STRING),
+            (".matchExpressions[].operator", STRING),
+            (".matchExpressions[].values", ARRAY),
+        )
+    ),
     ("webhooks[].failurePolicy", STRING),
     ("webhooks[].timeoutSeconds", INTEGER),
     ("webhooks[].admissionReviewVersions", ARRAY),
@@ -153,11 +192,14 @@ def _type_of(value: object) -> str:
         return STRING
     if isinstance(value, list):
         return ARRAY
+    if value is None:
+        return "null"
     return OBJECT if isinstance(value, dict) else "number"
 
 
 # How Go's decoder names the JSON value it could not store.
 _JSON_NAMES = {
+    "null": "null",
     BOOLEAN: "bool",
     INTEGER: "number",
     "number": "number",
@@ -211,7 +253,7 @@ def check(kind: str, api_version: str, obj: dict[str, Any]) -> None:
     for path, expected in (*_META, *_SHAPES.get(kind, ())):
         parts = path.replace("[].", "[]/").replace(".", "/").split("/")
         for value in _values(obj, parts):
-            if value is not None and _type_of(value) != expected:
+            if _type_of(value) != expected:  # a null left here is a list item: refused
                 raise _refuse(kind, api_version, value, path.replace("[]", ""), expected)
     metadata = obj.get("metadata")
     for field in ("labels", "annotations"):
