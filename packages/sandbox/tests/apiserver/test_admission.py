@@ -48,7 +48,9 @@ def create_pod(http: Any, pod: Any, name: str, **labels: str) -> tuple[int, Json
     return status, answer
 
 
-def test_unreachable_webhook_fails_closed_or_is_ignored(http: Any, pod: Any) -> None:
+def test_unreachable_webhook_fails_closed_or_is_ignored(
+    http: Any, pod: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     hook = configuration(
         "ValidatingWebhookConfiguration", {"url": "https://127.0.0.1:1/admit"}, timeoutSeconds=2
     )
@@ -63,7 +65,12 @@ def test_unreachable_webhook_fails_closed_or_is_ignored(http: Any, pod: Any) -> 
     current = http.json("GET", f"{VALIDATING}/hooks")[1]
     hook["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     assert http.json("PUT", f"{VALIDATING}/hooks", hook)[0] == 200
-    assert create_pod(http, pod, "open")[0] == 201
+    with caplog.at_level("WARNING", logger="vnpu_sandbox.apiserver.admission"):
+        assert create_pod(http, pod, "open")[0] == 201
+    assert (
+        'admission_webhook_ignored webhook=hook.vnpu.test error=failed calling webhook "hook.vnpu.test"'
+        in caplog.text
+    )
 
 
 def test_a_slow_webhook_times_out(http: Any, pod: Any, webhook_server: Any) -> None:

@@ -194,7 +194,7 @@ class Admission:
             )
             message = f'failed calling webhook "{name}": failed to call webhook: {why}'
             if hook.get("failurePolicy") == "Ignore":
-                log.warning("admission_webhook_ignored", extra={"webhook": name, "error": message})
+                log.warning("admission_webhook_ignored webhook=%s error=%s", name, message)
                 return None
             raise errors.InternalError(message) from exc
         if not response.get("allowed"):

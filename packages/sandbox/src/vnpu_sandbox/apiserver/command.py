@@ -9,6 +9,7 @@ stderr with exit status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s %(message)s")
     settings = server.Settings(
         host=args.host,
         port=args.port,

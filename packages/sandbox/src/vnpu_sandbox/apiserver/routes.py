@@ -88,9 +88,7 @@ class Api:
         except errors.ApiError as exc:
             return error_response(exc)
         except Exception as exc:  # the server keeps serving; the client gets a Status
-            log.exception(
-                "request_failed", extra={"method": request.method, "path": request.url.path}
-            )
+            log.exception("request_failed method=%s path=%s", request.method, request.url.path)
             return error_response(errors.InternalError(f"{type(exc).__name__}: {exc}"))
 
     async def _dispatch(self, request: Request) -> Response:

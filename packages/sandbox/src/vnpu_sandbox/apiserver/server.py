@@ -90,7 +90,7 @@ class ApiServer:
             try:
                 await state.flush_loop()
             except errors.StateFileError as exc:
-                log.error("state_file_write_failed: %s", exc)
+                log.error("state_file_write_failed error=%s", exc)
                 await asyncio.sleep(1.0)
 
     @contextlib.asynccontextmanager
