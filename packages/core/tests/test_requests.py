@@ -1,3 +1,4 @@
+import dataclasses
 from typing import Any
 
 import pytest
@@ -181,10 +182,6 @@ def test_pods_without_npu_requests_want_nothing() -> None:
 def test_memory_factor_scales_the_request() -> None:
     base = catalog.BUILTIN.by_common_word("Ascend310P")
     assert base is not None
-    doubled = catalog.BUILTIN.replace([catalog.ChipModel(**{**_fields(base), "memory_factor": 2})])
+    doubled = catalog.BUILTIN.replace([dataclasses.replace(base, memory_factor=2)])
     (request,) = requests.from_pod(pod(ctr(Ascend310P=1, Ascend310P_memory=2000)), doubled).requests
     assert request.shape == "vir02"
-
-
-def _fields(model: catalog.ChipModel) -> dict[str, Any]:
-    return {name: getattr(model, name) for name in model.__dataclass_fields__}

@@ -9,6 +9,7 @@ person, naming the best chip. Used by ``vnpu_core.allocator``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
@@ -52,10 +53,13 @@ def template_short(
     if used.aicpu + template.aicpu > model.aicpu:
         return Reason.AICPU
     wanted = template.media_vector
-    if wanted is not None and model.media is not None and any(wanted):
-        for have, want, cap in zip(used.media, wanted, model.media.as_tuple(), strict=True):
-            if have + want > cap:
-                return Reason.MEDIA
+    cap = model.media_vector
+    if (
+        wanted is not None
+        and cap is not None
+        and any(map(operator.gt, map(operator.add, used.media, wanted), cap))
+    ):
+        return Reason.MEDIA
     return None
 
 

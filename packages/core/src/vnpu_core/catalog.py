@@ -83,8 +83,10 @@ class ChipModel:
     resource_name: str = ""
     memory_resource: str = ""
     core_resource: str = ""
+    media_vector: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "media_vector", self.media.as_tuple() if self.media else None)
         if not self.resource_name:
             object.__setattr__(self, "resource_name", f"huawei.com/{self.common_word}")
         if not self.memory_resource:
