@@ -142,7 +142,7 @@ def _place(
     policy: Policy,
 ) -> list[Grant] | Rejection:
     word = request.model.common_word
-    chips = [c for c in node.chips if c.model.common_word == word]
+    chips = node.chips_of(word)
     gate = _gate(node, chips, request, pod)
     if isinstance(gate, Rejection):
         return gate
@@ -161,7 +161,7 @@ def _place(
 
 def _gate(
     node: inventory.Node,
-    chips: list[inventory.Chip],
+    chips: Sequence[inventory.Chip],
     request: requests.ContainerRequest,
     pod: requests.PodRequest,
 ) -> list[inventory.Chip] | Rejection:
@@ -179,7 +179,9 @@ def _gate(
         return Rejection(
             node.name, Reason.UNHEALTHY, f"{word}: all {len(chips)} chips are unhealthy"
         )
-    eligible = [c for c in healthy if (allow is None or c.uuid in allow) and c.uuid not in deny]
+    eligible = healthy
+    if allow is not None or deny:
+        eligible = [c for c in healthy if (allow is None or c.uuid in allow) and c.uuid not in deny]
     if not eligible:
         return Rejection(
             node.name,

@@ -47,12 +47,23 @@ class Node:
     topology: topology.Topology
     soft: bool = False
     _by_uuid: dict[str, Chip] = field(init=False, repr=False, compare=False)
+    _by_word: dict[str, tuple[Chip, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_uuid", {c.uuid: c for c in self.chips})
+        by_word: dict[str, list[Chip]] = {}
+        for chip in self.chips:
+            by_word.setdefault(chip.model.common_word, []).append(chip)
+        object.__setattr__(
+            self, "_by_word", {word: tuple(chips) for word, chips in by_word.items()}
+        )
 
     def chip(self, uuid: str) -> Chip | None:
         return self._by_uuid.get(uuid)
+
+    def chips_of(self, common_word: str) -> tuple[Chip, ...]:
+        """The chips of one model, in index order."""
+        return self._by_word.get(common_word, ())
 
     def models(self) -> tuple[str, ...]:
         return tuple(sorted({c.model.common_word for c in self.chips}))
