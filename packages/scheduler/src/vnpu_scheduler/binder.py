@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -23,13 +24,17 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import allocator, binding, ledger, nodes, protocol, requests
+from vnpu_core import allocator, binding, ledger, nodes, requests
 from vnpu_core import errors as core_errors
 from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, wire
 
 Json = dict[str, Any]
 Runner = Callable[..., Awaitable[Any]]
 log = structlog.get_logger(__name__)
+
+
+def _uid(pod: Json) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 def describe(assignment: allocator.Assignment) -> str:
@@ -60,6 +65,7 @@ class Binder:
         handshake_timeout: timedelta,
         attempts: int = 5,
         release_after_bind: bool = False,
+        recent: Callable[[str, str], Json | None] = lambda _namespace, _name: None,
     ) -> None:
         self._api = api
         self._cache = nodes_cache
@@ -70,23 +76,30 @@ class Binder:
         self._timeout = handshake_timeout
         self._attempts = attempts
         self._release_after_bind = release_after_bind
+        self._recent = recent
         self._background: set[asyncio.Task[None]] = set()
 
     async def bind(self, args: wire.ExtenderBindingArgs) -> str:
-        """Bind the pod; a description of what it got. Raises BindError or ApiError."""
+        """Bind the pod; a description of what it got. Raises BindError or ApiError.
+
+        The pod is the copy kube-scheduler sent to filter or prioritize when this replica
+        saw it (the Binding's UID precondition and the API's "already assigned" check make
+        a stale copy safe), else it is read from the API.
+        """
         namespace, name, node = args.PodNamespace, args.PodName, args.Node
         who = f"{namespace}/{name}"
-        try:
-            pod: Json = await self._retry(self._api.get_pod, namespace, name)
-        except errors.NotFound as exc:
-            raise errors.BindError(who, node, "pod-gone", f"pod {who} does not exist") from exc
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
+        pod = self._recent(namespace, name)
+        if pod is None or (args.PodUID and _uid(pod) != args.PodUID):
+            try:
+                pod = await self._retry(self._api.get_pod, namespace, name)
+            except errors.NotFound as exc:
+                raise errors.BindError(who, node, "pod-gone", f"pod {who} does not exist") from exc
+        uid = _uid(pod)
         if args.PodUID and uid and args.PodUID != uid:
             raise errors.BindError(
                 who, node, "uid-mismatch", f"pod {who} has UID {uid}, the bind is for {args.PodUID}"
             )
-        if meta.get("deletionTimestamp"):
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
             raise errors.BindError(who, node, "pod-deleting", f"pod {who} is being deleted")
         try:
             return await self._place(pod, node, who)
@@ -99,35 +112,50 @@ class Binder:
             self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc}")
             raise
 
+    def _already(self, node: str, bound: str, who: str) -> str:
+        if bound != node:
+            raise errors.BindError(
+                who, node, "bound-elsewhere", f"pod {who} is already bound to node {bound}"
+            )
+        self._stats.binds.labels("already_bound").inc()
+        return f"already bound to {node}"
+
     async def _place(self, pod: Json, node: str, who: str) -> str:
         namespace, name = who.split("/", 1)
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
-            if bound == node:
-                self._stats.binds.labels("already_bound").inc()
-                return f"already bound to {node}"
-            raise errors.BindError(
-                who, node, "bound-elsewhere", f"pod {who} is already bound to node {bound}"
-            )
+            return self._already(node, bound, who)
         try:
             request = requests.from_pod(pod, self._cache.catalog)
         except core_errors.RequestError as exc:
             raise errors.BindError(who, node, "bad-request", str(exc)) from exc
         if not request.wants_npu:
-            await self._post_binding(pod, node, {})
+            elsewhere = await self._post_binding(pod, node, {})
+            if elsewhere:
+                return self._already(node, elsewhere, who)
             self._stats.binds.labels("bound").inc()
             return "no NPU requested"
-        async with self._locks.local(node):
-            await self._locks.acquire(node, namespace, name)
+        steps = [time.perf_counter()]
+        async with self._locks.queue(node):
+            steps.append(time.perf_counter())
+            cached = self._cache.node_object(node)
+            locked = await self._locks.acquire(node, namespace, name, cached)
+            steps.append(time.perf_counter())
             try:
-                assignment = await self._assign(node, request, who)
+                assignment = await self._assign(locked, request, who)
+                steps.append(time.perf_counter())
                 annotations = binding.bind_annotations(assignment, int(time.time()))
-                await self._post_binding(pod, node, annotations)
+                elsewhere = await self._post_binding(pod, node, annotations)
+                steps.append(time.perf_counter())
             except BaseException:
                 await asyncio.shield(self._locks.release(node, namespace, name))
                 raise
-            if self._release_after_bind:
+            if elsewhere or self._release_after_bind:
                 await self._locks.release(node, namespace, name)
+        if elsewhere:
+            return self._already(node, elsewhere, who)
+        queued, locking, fitting, writing = (b - a for a, b in itertools.pairwise(steps))
+        log.debug("bind_steps", queued=queued, lock=locking, fit=fitting, binding=writing)
         placed = copy.deepcopy(pod)
         placed.setdefault("spec", {})["nodeName"] = node
         placed.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
@@ -138,12 +166,14 @@ class Binder:
         return text
 
     async def _assign(
-        self, node: str, request: requests.PodRequest, who: str
+        self, obj: Json, request: requests.PodRequest, who: str
     ) -> allocator.Assignment:
-        """Fit the pod on the node's usage as the API shows it now (under the node lock)."""
-        obj, (pods, _) = await asyncio.gather(
-            self._retry(self._api.get_node, node), self._retry(self._api.list_pods, node)
-        )
+        """Fit the pod on the node's usage as the API shows it now (under the node lock).
+
+        ``obj`` is the node as our lock write left it; the pods come from a fresh LIST.
+        """
+        node = str((obj.get("metadata") or {}).get("name"))
+        pods, _ = await self._retry(self._api.list_pods, node)
         models = self._cache.catalog
         read = nodes.read_node(obj, models, datetime.now(), self._timeout)
         if read.node is None:
@@ -164,26 +194,30 @@ class Binder:
             raise errors.BindError(who, node, outcome.reason.value, outcome.message)
         return outcome
 
-    async def _post_binding(self, pod: Json, node: str, annotations: dict[str, str]) -> None:
+    async def _post_binding(self, pod: Json, node: str, annotations: dict[str, str]) -> str:
+        """POST the Binding; '' when it bound the pod, else the node it was already bound to."""
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         who = f"{namespace}/{name}"
         try:
-            await self._retry(
-                self._api.bind, namespace, name, str(meta.get("uid") or ""), node, annotations
-            )
+            await self._retry(self._api.bind, namespace, name, _uid(pod), node, annotations)
         except errors.Conflict as exc:
             self._stats.bind_conflicts.labels("binding").inc()
-            now: Json = await self._retry(self._api.get_pod, namespace, name)
-            current = now.get("metadata") or {}
-            held = current.get("annotations") or {}
-            if (now.get("spec") or {}).get("nodeName") == node and all(
-                held.get(k) == v for k, v in annotations.items() if k != protocol.BIND_PHASE_KEY
-            ):
-                return  # an earlier try went through; its answer was lost
+            try:
+                now: Json = await self._retry(self._api.get_pod, namespace, name)
+            except errors.NotFound:
+                raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
+            held = (now.get("metadata") or {}).get("annotations") or {}
+            bound = str((now.get("spec") or {}).get("nodeName") or "")
+            ours = [k for k in annotations if k.endswith("-devices-allocated")]
+            if bound == node and ours and all(held.get(k) == annotations[k] for k in ours):
+                return ""  # an earlier try of this very Binding went through; its answer was lost
+            if bound:
+                return bound
             raise errors.BindError(who, node, "binding-conflict", exc.message) from exc
         except errors.NotFound as exc:
             raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
+        return ""
 
     async def _retry(self, call: Callable[..., Any], *args: Any) -> Any:
         """Run a blocking API call, retrying outages (not conflicts) with backoff."""

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from vnpu_core import catalog, coordination, errors, ledger, nodes, protocol
+from vnpu_core import catalog, coordination, errors, inventory, ledger, nodes, protocol
 
 Json = dict[str, Any]
 ALLOCATED_SUFFIX = "-devices-allocated"
 ASSUME_SECONDS = 120.0
 MEMO_LIMIT = 512
 Catalog = catalog.Catalog
+_INVENTORY_PREFIX = "hami.io/node-"  # node-register-<CW> and node-handshake-<CW>
+_INVENTORY_KEYS = frozenset({protocol.SOFT_MODE_NODE_KEY, nodes.SERVER_KIND_KEY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class NodeState:
     version: int
     resource_version: str
     expires: datetime | None  # naive local time at which a fresh handshake turns stale
+    locked: bool = False  # the node lock is held (a bind waits for its device plugin)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -54,6 +57,30 @@ def holds_chips(pod: Mapping[str, Any]) -> bool:
     if not any(key.endswith(ALLOCATED_SUFFIX) for key in annotations):
         return False
     return ledger.holds_devices(pod)
+
+
+def _decode(
+    pod: Mapping[str, Any], models: catalog.Catalog
+) -> dict[str, inventory.ChipUsage] | ledger.Problem:
+    try:
+        return ledger.pod_usage(pod, models)
+    except errors.ProtocolError as exc:
+        meta = pod.get("metadata") or {}
+        return ledger.Problem(f"{meta.get('namespace', '')}/{meta.get('name', '')}", exc)
+
+
+def _inventory_key(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What ``nodes.read_node`` reads from a node object (not the lock, labels or conditions)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    relevant = tuple(
+        sorted(
+            (k, v)
+            for k, v in annotations.items()
+            if k.startswith(_INVENTORY_PREFIX) or k in _INVENTORY_KEYS
+        )
+    )
+    allocatable = ((obj.get("status") or {}).get("allocatable")) or {}
+    return relevant, tuple(sorted(allocatable.items()))
 
 
 def _node_of(pod: Mapping[str, Any]) -> str:
@@ -78,7 +105,10 @@ class ClusterCache:
         self._by_node: dict[str, set[str]] = {}
         self._assumed: dict[str, tuple[Json, float]] = {}
         self._states: dict[str, NodeState] = {}
+        self._reads: dict[str, tuple[tuple[Any, ...], nodes.NodeRead, datetime | None]] = {}
+        self._decoded: dict[str, tuple[str, dict[str, inventory.ChipUsage] | ledger.Problem]] = {}
         self._counter = 0
+        self.on_node_change: Callable[[str], None] = lambda _: None
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
 
@@ -95,6 +125,8 @@ class ClusterCache:
         with self._lock:
             self._catalog = models
             self._states.clear()
+            self._reads.clear()
+            self._decoded.clear()
 
     # --- nodes -------------------------------------------------------------------------------
 
@@ -109,12 +141,20 @@ class ClusterCache:
         with self._lock:
             self._nodes[name] = obj
             self._states.pop(name, None)
+        self.on_node_change(name)
 
     def remove_node(self, obj: Json) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
         with self._lock:
             self._nodes.pop(name, None)
             self._states.pop(name, None)
+            self._reads.pop(name, None)
+        self.on_node_change(name)
+
+    def node_object(self, name: str) -> Json | None:
+        """The node as the watch last delivered it (never modify it)."""
+        with self._lock:
+            return self._nodes.get(name)
 
     def names(self) -> list[str]:
         with self._lock:
@@ -165,6 +205,7 @@ class ClusterCache:
         self._states.pop(node, None)
 
     def _drop_pod(self, key: str) -> None:
+        self._decoded.pop(key, None)
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -220,13 +261,56 @@ class ClusterCache:
         return state
 
     def _compute(self, name: str, obj: Json, now: datetime) -> NodeState:
-        read = nodes.read_node(obj, self._catalog, now, self._timeout)
-        pods = [self._pods[key] for key in self._by_node.get(name, ())]
-        pods.extend(pod for pod, _ in self._assumed.values() if _node_of(pod) == name)
-        usage = ledger.node_usage(pods, name, self._catalog)
+        read, deadline = self._read(name, obj, now)
+        usage = self._usage(name)
         self._counter += 1
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        return NodeState(name, read, usage, self._counter, version, self._deadline(obj, now))
+        meta = obj.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        locked = protocol.NODE_LOCK_KEY in (meta.get("annotations") or {})
+        return NodeState(name, read, usage, self._counter, version, deadline, locked=locked)
+
+    def _read(self, name: str, obj: Json, now: datetime) -> tuple[nodes.NodeRead, datetime | None]:
+        """``nodes.read_node``, reused while the annotations and allocatable it reads are unchanged.
+
+        Most node updates (the lock, kubelet status) leave the inventory as it was; decoding
+        the registration again for each of them would dominate the scheduler's CPU.
+        """
+        key = _inventory_key(obj)
+        known = self._reads.get(name)
+        if known is not None and known[0] == key and (known[2] is None or now < known[2]):
+            return known[1], known[2]
+        read = nodes.read_node(obj, self._catalog, now, self._timeout)
+        deadline = self._deadline(obj, now)
+        self._reads[name] = (key, read, deadline)
+        return read, deadline
+
+    def _usage(self, name: str) -> ledger.Ledger:
+        """``ledger.node_usage`` over the node's pods, each pod's usage decoded once per revision."""
+        usage: dict[str, inventory.ChipUsage] = {}
+        problems: list[ledger.Problem] = []
+        pods = [(key, self._pods[key], True) for key in self._by_node.get(name, ())]
+        pods.extend(
+            (key, pod, False) for key, (pod, _) in self._assumed.items() if _node_of(pod) == name
+        )
+        for key, pod, stored in pods:
+            if not ledger.holds_devices(pod, name):
+                continue
+            held = self._pod_usage(key, pod) if stored else _decode(pod, self._catalog)
+            if isinstance(held, ledger.Problem):
+                problems.append(held)
+                continue
+            for uuid, chip_usage in held.items():
+                usage[uuid] = usage.get(uuid, inventory.IDLE).plus(chip_usage)
+        return ledger.Ledger(usage, tuple(problems))
+
+    def _pod_usage(self, key: str, pod: Json) -> dict[str, inventory.ChipUsage] | ledger.Problem:
+        version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        known = self._decoded.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        held = _decode(pod, self._catalog)
+        self._decoded[key] = (version, held)
+        return held
 
     def _deadline(self, obj: Json, now: datetime) -> datetime | None:
         """When the earliest handshake that is fresh now turns stale (None: never by itself)."""

@@ -13,7 +13,7 @@ dictionary lookup until that node changes.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,11 @@ UNAVAILABLE = "node-unavailable"
 USAGE_UNKNOWN = "usage-unknown"
 UNKNOWN_NODE = "unknown-node"
 BAD_REQUEST = "bad-request"
+# A bind to a locked node waits for its device plugin's Allocate; while the lock is held (or
+# this replica has binds queued for the node) it scores this much lower, so pods scheduled
+# meanwhile spread to nodes that can bind at once instead of queueing behind one lock.
+LOCK_PENALTY = 5
+RECENT_PODS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +119,38 @@ class Extender:
         policy: requests.Policy,
         stats: metrics.Metrics,
         memo: bool = True,
+        busy: Callable[[str], bool] = lambda _: False,
     ) -> None:
+        self._busy = busy
+        self._recent: collections.OrderedDict[tuple[str, str], Json] = collections.OrderedDict()
         self._cache = nodes
         self._policy = policy
         self._stats = stats
         self._memo = memo
 
-    def _verdicts(self, args: wire.ExtenderArgs) -> dict[str, Verdict] | None:
+    def recent(self, namespace: str, name: str) -> Json | None:
+        """The pod as kube-scheduler last sent it to this replica (for the bind that follows)."""
+        return self._recent.get((namespace, name))
+
+    def _remember(self, pod: Json) -> None:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+        self._recent[key] = pod
+        self._recent.move_to_end(key)
+        if len(self._recent) > RECENT_PODS:
+            self._recent.popitem(last=False)
+
+    def _verdicts(
+        self, args: wire.ExtenderArgs
+    ) -> dict[str, tuple[Verdict, cache.NodeState | None]] | None:
         """Per candidate node; None when the pod asks for no NPU (every node passes)."""
+        self._remember(args.Pod)
         names = wire.candidate_names(args)
         try:
             pod = requests.from_pod(args.Pod, self._cache.catalog)
         except core_errors.RequestError as exc:
             refused = Verdict(False, 0, BAD_REQUEST, str(exc), True)
-            return dict.fromkeys(names, refused)
+            return dict.fromkeys(names, (refused, None))
         if not pod.wants_npu:
             return None
         key = request_key(pod, self._policy) if self._memo else None
@@ -138,7 +161,11 @@ class Extender:
             }
         else:
             states = self._cache.states(names)
-        return {name: judge(states.get(name), name, pod, self._policy, key) for name in names}
+        found = {}
+        for name in names:
+            state = states.get(name)
+            found[name] = (judge(state, name, pod, self._policy, key), state)
+        return found
 
     def filter(self, args: wire.ExtenderArgs) -> Json:
         verdicts = self._verdicts(args)
@@ -150,7 +177,7 @@ class Extender:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         counts: collections.Counter[str] = collections.Counter()
-        for name, verdict in verdicts.items():
+        for name, (verdict, _) in verdicts.items():
             counts[verdict.reason] += 1
             if verdict.fits:
                 passed.append(name)
@@ -163,7 +190,12 @@ class Extender:
         return wire.filter_result(args, passed, failed, unresolvable)
 
     def prioritize(self, args: wire.ExtenderArgs) -> list[Json]:
+        """0-10 per node; a node busy with a bind scores LOCK_PENALTY lower."""
         verdicts = self._verdicts(args)
         if verdicts is None:
             return wire.priority_list(dict.fromkeys(wire.candidate_names(args), 0))
-        return wire.priority_list({name: v.score for name, v in verdicts.items()})
+        scores = {}
+        for name, (verdict, state) in verdicts.items():
+            held = (state is not None and state.locked) or self._busy(name)
+            scores[name] = max(0, verdict.score - LOCK_PENALTY) if held else verdict.score
+        return wire.priority_list(scores)

@@ -5,8 +5,9 @@ bind fails (or right after the Binding with ``--release-lock-after-bind``). The 
 is ``<RFC3339>,<namespace>,<pod>`` (HAMi's form, so HAMi's and vnpu's plugins find the pod
 of their next Allocate from it). It is written with a merge patch carrying the node's
 ``metadata.resourceVersion``: of two writers only one succeeds, the other gets 409 and
-looks again. A lock held by another pod is waited for (polling with backoff, up to
-``wait`` seconds, counted in ``vnpu_scheduler_lock_wait_seconds``) and taken over only when
+looks again. A lock held by another pod is waited for (woken by the node watch when the
+node changes, polling with backoff as a fallback, up to ``wait`` seconds, counted in
+``vnpu_scheduler_lock_wait_seconds``) and taken over only when
 its owner pod is gone, or when it is older than ``ttl`` and its owner is not still waiting
 for Allocate (bind-phase ``allocating``: never steal from it, HAMi #3096); an owner-less
 (Volcano) lock is taken over only when expired. Within one replica, binds to the same node
@@ -16,9 +17,10 @@ queue on an ``asyncio.Lock`` first, so they do not poll the API against each oth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -59,26 +61,55 @@ class NodeLocks:
         self._attempts = attempts
         self._clock = clock
         self._local: dict[str, asyncio.Lock] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._pending: dict[str, int] = {}
 
-    def local(self, node: str) -> asyncio.Lock:
-        """The in-process queue for binds to ``node``."""
+    def wake(self, node: str) -> None:
+        """The node changed (seen by the watch): a bind waiting for its lock looks again now."""
+        event = self._changed.get(node)
+        if event is not None:
+            event.set()
+
+    @contextlib.asynccontextmanager
+    async def queue(self, node: str) -> AsyncIterator[None]:
+        """The in-process queue for binds to ``node``: one at a time, the rest wait here."""
         lock = self._local.get(node)
         if lock is None:
             lock = self._local[node] = asyncio.Lock()
-        return lock
+        self._pending[node] = self._pending.get(node, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._pending[node] -= 1
+            if not self._pending[node]:
+                del self._pending[node]
 
-    async def acquire(self, node: str, namespace: str, pod: str) -> Json:
-        """Hold the lock for ``namespace/pod``; the node object as written. Raises BindError."""
+    def busy(self, node: str) -> bool:
+        """A bind of this replica is running or queued for ``node``."""
+        return node in self._pending
+
+    async def acquire(
+        self, node: str, namespace: str, pod: str, cached: Json | None = None
+    ) -> Json:
+        """Hold the lock for ``namespace/pod``; the node object as written. Raises BindError.
+
+        ``cached`` (the watch's copy of the node) saves the first read: if it is out of date
+        the write's resourceVersion precondition fails and the node is read afresh.
+        """
         who = f"{namespace}/{pod}"
         start = time.monotonic()
         delay = 0.02
+        changed = self._changed.setdefault(node, asyncio.Event())
         while True:
+            changed.clear()  # set again by ``wake`` when the watch sees the node change
             try:
-                obj: Json = await self._run(self._api.get_node, node)
+                obj: Json = cached or await self._run(self._api.get_node, node)
             except errors.NotFound as exc:
                 raise errors.BindError(
                     who, node, "node-gone", f"node {node} does not exist"
                 ) from exc
+            cached = None
             meta = obj.get("metadata") or {}
             raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
             now = self._clock()
@@ -112,7 +143,8 @@ class NodeLocks:
                     "plugin has not finished the previous Allocate",
                 )
             pause = min(delay, self._wait - waited) * random.uniform(0.5, 1.0)
-            await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), pause)
             delay = min(delay * 2, 0.5)
 
     async def _holder(

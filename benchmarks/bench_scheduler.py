@@ -1,0 +1,392 @@
+"""vnpu-scheduler end to end: filter+prioritize latency at 100 and 1,000 nodes, binds per second.
+
+Everything runs on this machine over loopback, each part in its own process: the
+Kubernetes API emulator (``vnpu-sandbox apiserver``), the scheduler (``python -m
+vnpu_scheduler``, as deployed) and a client that calls the extender verbs the way kube-scheduler does. Nodes have 8 Ascend910B3
+chips each, 30-80 % filled by running pods (vNPUs and whole chips) read through the ledger.
+
+Filter+prioritize: one pod (one vir05_1c_16g) against every node (``NodeNames`` form),
+then prioritize over the nodes that passed, timed at the client. Two runs: with the fit
+memo (the default: a node's verdict for a request shape is kept until the node changes)
+and with ``--no-fit-memo`` (every call fits every node: the worst case, e.g. right
+after every node changed).
+
+Binds per second: 400 pending pods placed by 16 client threads (filter, prioritize, bind),
+with a stand-in for the device plugin that, through the API only, marks each bound pod's
+Allocate done and releases the node lock it owns (no real plugin runs here).
+
+Run: ``.venv/bin/python benchmarks/bench_scheduler.py`` (about two minutes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes
+
+from vnpu_core import protocol
+from vnpu_sandbox.apiserver import harness
+
+Json = dict[str, Any]
+WORD = "Ascend910B3"
+CHIPS = 8
+ROUNDS = 200
+BIND_PODS = 400
+BIND_THREADS = 16
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@contextlib.contextmanager
+def emulator(log: Path) -> Iterator[str]:
+    """The API emulator in its own process (``vnpu-sandbox apiserver``) on a free loopback port."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    command = [sys.executable, "-m", "vnpu_sandbox", "apiserver", "--port", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/version").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"API emulator did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def node_object(name: str) -> Json:
+    chips = [
+        protocol.RegisteredChip(f"{name}-{i}", i, 4, 65536, 20, WORD, True, 0 if i < 4 else 1)
+        for i in range(CHIPS)
+    ]
+    stamp = time.strftime("Reported_%Y.%m.%d %H:%M:%S")
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                protocol.node_register_key(WORD): protocol.encode_node_register(chips),
+                protocol.node_handshake_key(WORD): stamp,
+            },
+        },
+        "status": {"allocatable": {f"huawei.com/{WORD}": str(CHIPS * 4)}},
+    }
+
+
+def holder_object(name: str, node: str, rng: random.Random) -> Json | None:
+    """One running pod holding a random 30-80 % of the node's chips."""
+    devices: list[str] = []
+    runtime: list[Json] = []
+    for i in rng.sample(range(CHIPS), rng.randint(2, 6)):
+        uuid = f"{node}-{i}"
+        kind = rng.choice(["whole", "vir05_1c_16g", "vir10_3c_32g", "vir05_1c_16g"])
+        if kind == "whole":
+            devices.append(f"{uuid},{WORD},65536,0:")
+            runtime.append({"UUID": uuid})
+            continue
+        memory = 16384 if kind == "vir05_1c_16g" else 32768
+        for _ in range(rng.randint(1, 2) if memory == 16384 else 1):
+            devices.append(f"{uuid},{WORD},{memory},0:")
+            runtime.append({"UUID": uuid, "temp": kind, "memory": memory})
+    if not devices:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {
+                protocol.allocated_key(WORD): "".join(devices) + ";",
+                protocol.runtime_key(WORD): json.dumps(runtime, separators=(",", ":")),
+                protocol.VGPU_NODE_KEY: node,
+                protocol.BIND_PHASE_KEY: "success",
+            },
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "app"}]},
+    }
+
+
+def pending_pod(name: str) -> Json:
+    limits = {f"huawei.com/{WORD}": "1", f"huawei.com/{WORD}-memory": "16000"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}]},
+    }
+
+
+class Cluster:
+    def __init__(self, url: str) -> None:
+        config = kubernetes.client.Configuration()
+        config.host = url
+        config.connection_pool_maxsize = 32
+        self.client = kubernetes.client.ApiClient(config)
+        self.core = kubernetes.client.CoreV1Api(self.client)
+
+    def create(self, objects: list[Json]) -> list[Json]:
+        def one(obj: Json) -> Json:
+            if obj["kind"] == "Node":
+                answer = self.core.create_node(obj, _preload_content=False)
+            else:
+                answer = self.core.create_namespaced_pod("default", obj, _preload_content=False)
+            document: Json = json.loads(answer.data)
+            return document
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(one, objects))
+
+
+class PluginStandIn:
+    """Plays the device plugins' part through the API: Allocate done, node lock released.
+
+    A real cluster has one plugin per node working in parallel, so bound pods are served
+    by a pool of workers rather than one after the other.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.cluster = Cluster(url)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.workers = ThreadPoolExecutor(16)
+
+    def run(self) -> None:
+        core = self.cluster.core
+        version = ""
+        while not self.stopping.is_set():
+            stream = core.list_pod_for_all_namespaces(
+                watch=True, resource_version=version or None, timeout_seconds=1,
+                _preload_content=False,
+            )  # fmt: skip
+            for line in stream:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                pod = event["object"]
+                version = pod["metadata"].get("resourceVersion", version)
+                notes = pod["metadata"].get("annotations") or {}
+                node = pod["spec"].get("nodeName")
+                if (
+                    event["type"] != "MODIFIED"
+                    or notes.get(protocol.BIND_PHASE_KEY) != "allocating"
+                ):
+                    continue
+                self.workers.submit(self.allocate, pod["metadata"]["name"], node)
+            stream.release_conn()
+        self.workers.shutdown(wait=True)
+
+    def allocate(self, name: str, node: str) -> None:
+        done = {"metadata": {"annotations": {protocol.BIND_PHASE_KEY: "success"}}}
+        answer = self.cluster.core.patch_namespaced_pod(
+            name, "default", done, _content_type=MERGE_PATCH, _preload_content=False
+        )
+        answer.drain_conn()
+        answer.release_conn()
+        self.release(node, f",default,{name}")
+
+    def release(self, node: str, owner: str) -> None:
+        core = self.cluster.core
+        for _ in range(20):
+            current = json.loads(core.read_node(node, _preload_content=False).data)
+            lock = (current["metadata"].get("annotations") or {}).get(protocol.NODE_LOCK_KEY, "")
+            if not lock.endswith(owner):
+                return
+            body = {
+                "metadata": {
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                    "annotations": {protocol.NODE_LOCK_KEY: None},
+                }
+            }
+            try:
+                answer = core.patch_node(
+                    node, body, _content_type=MERGE_PATCH, _preload_content=False
+                )
+                answer.drain_conn()
+                answer.release_conn()
+                return
+            except kubernetes.client.exceptions.ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+@contextlib.contextmanager
+def scheduler(kubeconfig: Path, log: Path, *flags: str) -> Iterator[str]:
+    command = [
+        sys.executable, "-m", "vnpu_scheduler", "--kubeconfig", str(kubeconfig),
+        "--host", "127.0.0.1", "--port", "0", *flags,
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url:
+            for line in log.read_text().splitlines():
+                if '"listening"' in line:
+                    url = json.loads(line)["urls"][0]
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"scheduler did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        with httpx.Client() as client:
+            while client.get(f"{url}/readyz").status_code != 200:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def latency(url: str, pod: Json, names: list[str]) -> dict[str, float]:
+    filters: list[float] = []
+    totals: list[float] = []
+    fitting = 0
+    with httpx.Client(timeout=30) as client:
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            result = client.post(
+                f"{url}/filter", json={"Pod": pod, "Nodes": None, "NodeNames": names}
+            ).json()
+            middle = time.perf_counter()
+            fitting = len(result["NodeNames"])
+            client.post(
+                f"{url}/prioritize",
+                json={"Pod": pod, "Nodes": None, "NodeNames": result["NodeNames"]},
+            ).raise_for_status()
+            end = time.perf_counter()
+            filters.append(middle - start)
+            totals.append(end - start)
+    return {
+        "filter_p50": statistics.median(filters) * 1000,
+        "filter_p99": percentile(filters, 0.99) * 1000,
+        "total_p50": statistics.median(totals) * 1000,
+        "total_p99": percentile(totals, 0.99) * 1000,
+        "fitting": fitting,
+    }
+
+
+def place(url: str, pod: Json, names: list[str], rng: random.Random, client: httpx.Client) -> bool:
+    for _ in range(3):
+        args = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        fitting = client.post(f"{url}/filter", json=args).json()["NodeNames"]
+        if not fitting:
+            return False
+        scores = client.post(f"{url}/prioritize", json={**args, "NodeNames": fitting}).json()
+        best = max(s["Score"] for s in scores)
+        node = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+        meta = pod["metadata"]
+        body = {
+            "PodName": meta["name"],
+            "PodNamespace": "default",
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+        if client.post(f"{url}/bind", json=body).json()["Error"] == "":
+            return True
+    return False
+
+
+def binds_per_second(url: str, api: str, cluster: Cluster, names: list[str]) -> tuple[float, int]:
+    pods = cluster.create([pending_pod(f"job-{i:04d}") for i in range(BIND_PODS)])
+    stand_in = PluginStandIn(api)
+    stand_in.thread.start()
+    local = threading.local()
+
+    def one(index: int) -> bool:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(timeout=60)
+        return place(url, pods[index], names, random.Random(index), local.client)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(BIND_THREADS) as pool:
+        placed = sum(pool.map(one, range(BIND_PODS)))
+    elapsed = time.perf_counter() - start
+    stand_in.stopping.set()
+    stand_in.thread.join(timeout=5)
+    return placed / elapsed, placed
+
+
+def main() -> None:
+    rows: list[str] = []
+    bind_row = ""
+    rng = random.Random(11)
+    with tempfile.TemporaryDirectory() as scratch, emulator(Path(scratch) / "api.log") as api:
+        folder = Path(scratch)
+        kubeconfig = harness.write_kubeconfig(folder / "kubeconfig", api)
+        cluster = Cluster(api)
+        names: list[str] = []
+        for size in (100, 1000):
+            new = [f"node-{i:04d}" for i in range(len(names), size)]
+            cluster.create([node_object(n) for n in new])
+            holders = [holder_object(f"run-{n}", n, rng) for n in new]
+            cluster.create([h for h in holders if h is not None])
+            names.extend(new)
+            probe = cluster.create([pending_pod(f"probe-{size}")])[0]
+            for memo in (True, False):
+                flags = () if memo else ("--no-fit-memo",)
+                with scheduler(kubeconfig, folder / f"s-{size}-{memo}.log", *flags) as url:
+                    got = latency(url, probe, names)
+                mode = "memo (default)" if memo else "no memo (every node fitted)"
+                rows.append(
+                    f"| {size:,} x {CHIPS} | {mode} | {got['filter_p50']:.1f} | {got['filter_p99']:.1f} "
+                    f"| {got['total_p50']:.1f} | {got['total_p99']:.1f} | {got['fitting']} |"
+                )
+            if size == 100:
+                with scheduler(kubeconfig, folder / "s-bind.log") as url:
+                    bind_rate, placed = binds_per_second(url, api, cluster, names)
+                bind_row = f"| 100 x {CHIPS} | {BIND_THREADS} | {placed} of {BIND_PODS} | {bind_rate:.0f} |"
+    print("## Scheduler extender: filter+prioritize latency and binds per second\n")
+    print(
+        f"Machine: {platform.machine()}, Python {platform.python_version()}; API emulator, "
+        "scheduler process and client on one host over loopback. Command: "
+        "`.venv/bin/python benchmarks/bench_scheduler.py`.\n"
+    )
+    print(
+        f"Latency, {ROUNDS} calls each, one vir05_1c_16g pod, nodes 30-80 % used, client-side ms:\n"
+    )
+    print(
+        "| nodes | fit results | filter p50 | filter p99 | filter+prioritize p50 | filter+prioritize p99 | nodes that fit |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print(
+        "\nBinds end to end (filter, prioritize, bind with the node lock; a plugin stand-in releases locks):\n"
+    )
+    print("| nodes | client threads | pods bound | binds/s |")
+    print("|---|---:|---:|---:|")
+    print(bind_row)
+
+
+if __name__ == "__main__":
+    main()
