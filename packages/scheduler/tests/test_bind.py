@@ -194,3 +194,18 @@ def test_assumed_pod_counts_before_the_watch_delivers(kube: Any, make: Any, sche
     # Straight after the answer the filter already sees the chip taken (assumed copy).
     state = scheduler.service.cache.state("n1")
     assert state.usage.usage["n1-Ascend310P-0"].exclusive
+
+
+def test_bind_retried_after_the_pod_was_bound_takes_no_lock(
+    kube: Any, make: Any, scheduler: Any, node_and_pod: None
+) -> None:
+    """kube-scheduler retrying a bind whose answer it lost: answered bound, nothing written."""
+    pod = kube.pod("job")
+    scheduler.post("filter", {"Pod": pod, "NodeNames": ["n1"]})  # the replica keeps this copy
+    assert _bind(scheduler, kube, "job", "n1") == ""
+    kube.annotate_node("n1", {LOCK: None})  # the device plugin finished Allocate
+    before = kube.pod("job")["metadata"]["annotations"]
+    assert _bind(scheduler, kube, "job", "n1") == ""
+    assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
+    assert kube.pod("job")["metadata"]["annotations"] == before
+    assert scheduler.sample("vnpu_scheduler_binds_total", result="already_bound") == 1

@@ -122,7 +122,7 @@ class Binder:
 
     async def _place(self, pod: Json, node: str, who: str) -> str:
         namespace, name = who.split("/", 1)
-        bound = (pod.get("spec") or {}).get("nodeName")
+        bound = (pod.get("spec") or {}).get("nodeName") or self._cache.bound_node(_uid(pod))
         if bound:
             return self._already(node, bound, who)
         try:
@@ -195,29 +195,45 @@ class Binder:
         return outcome
 
     async def _post_binding(self, pod: Json, node: str, annotations: dict[str, str]) -> str:
-        """POST the Binding; '' when it bound the pod, else the node it was already bound to."""
+        """POST the Binding; '' when it bound the pod, else the node it was already bound to.
+
+        An outage is retried; if a retried POST then meets "already assigned" and the pod
+        carries exactly our annotations, the earlier try went through and its answer was lost.
+        """
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         who = f"{namespace}/{name}"
-        try:
-            await self._retry(self._api.bind, namespace, name, _uid(pod), node, annotations)
-        except errors.Conflict as exc:
-            self._stats.bind_conflicts.labels("binding").inc()
+        retried = False
+        for attempt in range(self._attempts):
             try:
-                now: Json = await self._retry(self._api.get_pod, namespace, name)
-            except errors.NotFound:
+                await self._run(self._api.bind, namespace, name, _uid(pod), node, annotations)
+                return ""
+            except errors.Unavailable:
+                if attempt + 1 == self._attempts:
+                    raise
+                retried = True
+                self._stats.bind_retries.inc()
+                await asyncio.sleep(0.05 * 2**attempt)
+            except errors.NotFound as exc:
                 raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
-            held = (now.get("metadata") or {}).get("annotations") or {}
-            bound = str((now.get("spec") or {}).get("nodeName") or "")
-            ours = [k for k in annotations if k.endswith("-devices-allocated")]
-            if bound == node and ours and all(held.get(k) == annotations[k] for k in ours):
-                return ""  # an earlier try of this very Binding went through; its answer was lost
-            if bound:
-                return bound
-            raise errors.BindError(who, node, "binding-conflict", exc.message) from exc
-        except errors.NotFound as exc:
-            raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
-        return ""
+            except errors.Conflict as exc:
+                self._stats.bind_conflicts.labels("binding").inc()
+                try:
+                    now: Json = await self._retry(self._api.get_pod, namespace, name)
+                except errors.NotFound:
+                    raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
+                held = (now.get("metadata") or {}).get("annotations") or {}
+                bound = str((now.get("spec") or {}).get("nodeName") or "")
+                if (
+                    retried
+                    and bound == node
+                    and all(held.get(k) == v for k, v in annotations.items())
+                ):
+                    return ""
+                if bound:
+                    return bound
+                raise errors.BindError(who, node, "binding-conflict", exc.message) from exc
+        raise AssertionError("unreachable")
 
     async def _retry(self, call: Callable[..., Any], *args: Any) -> Any:
         """Run a blocking API call, retrying outages (not conflicts) with backoff."""

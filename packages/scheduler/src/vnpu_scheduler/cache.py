@@ -151,6 +151,12 @@ class ClusterCache:
             self._reads.pop(name, None)
         self.on_node_change(name)
 
+    def bound_node(self, uid: str) -> str:
+        """The node a chip-holding pod is bound to as far as the cache knows ('' if unknown)."""
+        with self._lock:
+            pod = self._pods.get(uid) or (self._assumed.get(uid) or ({}, 0.0))[0]
+            return _node_of(pod) if pod else ""
+
     def node_object(self, name: str) -> Json | None:
         """The node as the watch last delivered it (never modify it)."""
         with self._lock:
