@@ -193,12 +193,9 @@ def _merge_key(kind: str, path: tuple[str, ...]) -> str | None:
 
 
 def _strip_directives(value: Any) -> Any:
+    """``value`` without strategic-merge directives (``$``-keys and ``$patch`` list items)."""
     if isinstance(value, dict):
-        return {
-            k: _strip_directives(v)
-            for k, v in value.items()
-            if not k.startswith("$") and not k.startswith("$setElementOrder/")
-        }
+        return {k: _strip_directives(v) for k, v in value.items() if not k.startswith("$")}
     if isinstance(value, list):
         return [_strip_directives(v) for v in value if not _is_directive_item(v)]
     return value
