@@ -3,8 +3,8 @@
 ``__main__`` calls ``configure`` once; every module logs with ``structlog.get_logger()`` and
 snake_case event names. ``app`` binds the request's verb, pod and node with
 ``structlog.contextvars`` so each request ends in one line carrying them and
-``duration_seconds``. uvicorn's, the Kubernetes client's and urllib3's stdlib records go
-through the same JSON renderer.
+``duration_seconds``. uvicorn's, the Kubernetes client's and urllib3's stdlib records are
+rendered as the same JSON (plus ``logger``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,19 @@ _SHARED: list[Any] = [
 
 def configure(level: str = "info") -> None:
     """Send every log record to stdout as one JSON object per line."""
+    threshold = logging.getLevelName(level.upper())
+    # Our own events take structlog's direct path (no stdlib LogRecord per line: one line
+    # per request is written on the event loop, so it has to be cheap).
     structlog.configure(
         processors=[
-            *_SHARED,
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
         ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
+        logger_factory=structlog.WriteLoggerFactory(sys.stdout),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -46,7 +52,7 @@ def configure(level: str = "info") -> None:
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(threshold)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers[:] = []
