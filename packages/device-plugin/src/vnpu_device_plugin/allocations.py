@@ -1,0 +1,326 @@
+"""Serving kubelet's Allocate and GetPreferredAllocation for the pods the scheduler placed here.
+
+``Allocations.allocate`` runs one Allocate, under one lock (kubelet admits pods one at a
+time; the reconciler takes the same lock):
+
+1. map kubelet's device ids to chips (an id we never advertised: ``UnknownDevice``);
+2. identify the pod (``finder``); a pod whose annotations cannot be served is failed;
+3. for each container asked for, take the pod's next container entry; in managed mode
+   create its vNPUs (``lifecycle``: intent, create, owned), in soft mode make its
+   hami-vnpu-core directory; build the environment (``environment``);
+4. write the pod back in one merge patch carrying the resourceVersion it was read at:
+   ``-devices-to-allocate`` with the served entries erased (HAMi's grammar) and, once no
+   container is left (for any chip model), ``bind-phase: success``. A 409 re-reads the
+   pod and redoes the patch if the entries are still the ones just served;
+5. release the node lock (when it names this pod, or names nobody) once the pod is done.
+
+Any failure after step 2 rolls back the vNPUs made in this call, sets ``bind-phase:
+failed``, releases the lock and answers the error; ``devices-allocated`` is never touched.
+``GetPreferredAllocation`` returns ids on the chips of the next container of the pod the
+finder expects, so kubelet's own records (checkpoint, PodResources) name the real chips.
+``service`` calls both.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from vnpu_core import coordination, protocol
+from vnpu_core import errors as core_errors
+from vnpu_device_plugin import (
+    cluster,
+    crashpoints,
+    devices,
+    environment,
+    errors,
+    finder,
+    ledger,
+    lifecycle,
+    metrics,
+    podplan,
+    settings,
+)
+from vnpu_device_plugin.npu import backend
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+
+log = structlog.get_logger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Served:
+    """What one Allocate handed out, for the log line."""
+
+    pod: str
+    containers: tuple[str, ...]
+    chips: tuple[int, ...]
+    vnpus: tuple[int, ...]
+    done: bool
+
+
+class Allocations:
+    """Allocate and GetPreferredAllocation for ``inventory``'s chips."""
+
+    def __init__(
+        self,
+        api: cluster.Cluster,
+        inventory: devices.Inventory,
+        pods: finder.Finder,
+        vnpus: lifecycle.Lifecycle,
+        stats: metrics.Metrics,
+        crash: crashpoints.CrashPoints,
+        *,
+        mode: settings.VnpuMode,
+        paths: environment.SoftPaths,
+        attempts: int,
+        lock: threading.Lock,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._api = api
+        self._inventory = inventory
+        self._finder = pods
+        self._vnpus = vnpus
+        self._stats = stats
+        self._crash = crash
+        self._mode = mode
+        self._paths = paths
+        self._attempts = attempts
+        self.lock = lock
+        self._on_failure = on_failure
+
+    # -- Allocate ----------------------------------------------------------------------
+
+    def allocate(self, request: api_pb2.AllocateRequest) -> tuple[api_pb2.AllocateResponse, Served]:
+        chips = self._chips(request)
+        with self.lock:
+            found = self._finder.find(chips)
+            if found.broken is not None:
+                self._fail(found.pod, found.broken)
+                raise found.broken
+            assert found.plan is not None
+            return self._serve(found, found.plan, chips)
+
+    def _chips(self, request: api_pb2.AllocateRequest) -> list[list[backend.ChipInfo]]:
+        if not request.container_requests:
+            raise errors.UnknownDevice("", "the request names no container")
+        chips = []
+        for container in request.container_requests:
+            if not container.devices_ids:
+                raise errors.UnknownDevice("", "a container request names no device")
+            if len(set(container.devices_ids)) != len(container.devices_ids):
+                raise errors.UnknownDevice(",".join(container.devices_ids), "a device id repeats")
+            chips.append([self._inventory.chip_of(i) for i in container.devices_ids])
+        return chips
+
+    def _serve(
+        self,
+        found: finder.Found,
+        plan: podplan.PodPlan,
+        chips: Sequence[Sequence[backend.ChipInfo]],
+    ) -> tuple[api_pb2.AllocateResponse, Served]:
+        containers = plan.pending[: len(chips)]
+        made: list[ledger.Record] = []
+        responses = []
+        try:
+            for container in containers:
+                vnpu_ids = self._prepare(plan, container, made)
+                responses.append(
+                    environment.response(self._mode, plan, container, vnpu_ids, self._paths)
+                )
+            self._crash.reach(crashpoints.AFTER_LEDGER)
+            done = self._commit(found.pod, plan, len(containers))
+            self._crash.reach(crashpoints.AFTER_PATCH)
+        except Exception as exc:
+            self._vnpus.rollback(made)
+            self._fail(found.pod, exc)
+            self._on_failure()
+            raise
+        if done:
+            self._release(plan)
+        served = Served(
+            plan.who,
+            tuple(c.container for c in containers),
+            tuple(d.chip.phy_id for c in containers for d in c.devices),
+            tuple(r.vnpu_id for r in made),
+            done,
+        )
+        return api_pb2.AllocateResponse(container_responses=responses), served
+
+    def _prepare(
+        self, plan: podplan.PodPlan, container: podplan.ContainerPlan, made: list[ledger.Record]
+    ) -> list[int]:
+        """Make what the container needs before it starts; the vNPU ids created (managed mode)."""
+        if plan.soft:
+            directory = self._paths.container_dir(plan.uid, container.container)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise errors.AllocateError(f"cannot create {directory}: {exc}") from exc
+            return []
+        templated = [d for d in container.devices if d.template is not None]
+        if not templated:
+            return []
+        if self._mode is settings.VnpuMode.RUNTIME:
+            if len(templated) > 1:
+                key = protocol.runtime_key(self._inventory.common_word)
+                raise errors.BadAnnotation(
+                    plan.who, key, len(templated), "runtime mode gives a container one vNPU"
+                )
+            return []
+        ids = []
+        for device in templated:
+            record = self._vnpus.provide(plan, container, device)
+            if record not in made:
+                made.append(record)
+            ids.append(record.vnpu_id)
+        return ids
+
+    def _commit(self, pod: Json, plan: podplan.PodPlan, served: int) -> bool:
+        """Write the erased entries (and success when nothing is left); True when the pod is done."""
+        key = protocol.to_allocate_key(self._inventory.common_word)
+        current, value, version = pod, plan.to_allocate, plan.resource_version
+        for attempt in range(self._attempts):
+            erased = protocol.erase_first_container(value, key=key, count=served)
+            done = not erased.strip(";") and not podplan.others_pending(
+                current, self._inventory.common_word
+            )
+            update: dict[str, str | None] = {key: erased}
+            if done:
+                update[protocol.BIND_PHASE_KEY] = protocol.BindPhase.SUCCESS.value
+            try:
+                self._patch(plan, update, version)
+                return done
+            except errors.Conflict:
+                if attempt + 1 == self._attempts:
+                    raise
+                self._stats.api_retries.inc()
+                current = cluster.retrying(
+                    lambda: self._api.get_pod(plan.namespace, plan.name), self._attempts
+                )
+                meta = current.get("metadata") or {}
+                notes = meta.get("annotations") or {}
+                if meta.get("uid") == plan.uid and notes.get(key) == erased:
+                    return done  # an earlier try went through; only its answer was lost
+                if meta.get("uid") != plan.uid or notes.get(key) != value:
+                    raise errors.PodNotIdentified(
+                        self._inventory.node,
+                        f"pod {plan.who} changed while it was served ({key} is now {notes.get(key)!r})",
+                    ) from None
+                version = str(meta.get("resourceVersion", ""))
+        raise AssertionError("unreachable")
+
+    def _patch(self, plan: podplan.PodPlan, update: dict[str, str | None], version: str) -> None:
+        cluster.retrying(
+            lambda: self._api.patch_pod_annotations(plan.namespace, plan.name, update, version),
+            self._attempts,
+            on_retry=lambda _e: self._stats.api_retries.inc(),
+        )
+
+    def _fail(self, pod: Json, error: BaseException) -> None:
+        """Mark the pod failed and release its lock; best effort, the error is answered anyway."""
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        log.warning("pod_allocation_failed", pod=f"{namespace}/{name}", error=str(error))
+        try:
+            cluster.retrying(
+                lambda: self._api.patch_pod_annotations(
+                    namespace, name, {protocol.BIND_PHASE_KEY: protocol.BindPhase.FAILED.value}
+                ),
+                self._attempts,
+            )
+        except errors.ApiError as exc:
+            log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
+        self._release_for(namespace, name)
+
+    def _release(self, plan: podplan.PodPlan) -> None:
+        self._release_for(plan.namespace, plan.name)
+
+    def _release_for(self, namespace: str, name: str) -> None:
+        """Remove the node lock if it names this pod or nobody (Volcano's bare form)."""
+        node = self._inventory.node
+        for _attempt in range(self._attempts):
+            try:
+                obj = cluster.retrying(lambda: self._api.get_node(node), self._attempts)
+                meta = obj.get("metadata") or {}
+                raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
+                if raw is None:
+                    return
+                try:
+                    lock = coordination.decode_lock(raw)
+                except core_errors.ProtocolError:
+                    log.warning("node_lock_left_unreadable", node=node, value=raw)
+                    return
+                if lock.name is not None and not lock.owned_by(namespace, name):
+                    return
+                self._api.patch_node_annotations(
+                    node, {protocol.NODE_LOCK_KEY: None}, str(meta.get("resourceVersion", ""))
+                )
+                return
+            except errors.Conflict:
+                self._stats.api_retries.inc()
+                continue
+            except errors.ApiError as exc:
+                log.error(
+                    "node_lock_not_released", node=node, pod=f"{namespace}/{name}", error=str(exc)
+                )
+                return
+        log.error("node_lock_not_released", node=node, pod=f"{namespace}/{name}", error="conflicts")
+
+    # -- GetPreferredAllocation --------------------------------------------------------
+
+    def preferred(
+        self, request: api_pb2.PreferredAllocationRequest
+    ) -> api_pb2.PreferredAllocationResponse:
+        responses = []
+        with self.lock:
+            for number, container in enumerate(request.container_requests):
+                ids = self._steer(
+                    list(container.available_deviceIDs),
+                    list(container.must_include_deviceIDs),
+                    container.allocation_size,
+                    number,
+                )
+                responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    def _steer(self, available: list[str], must: list[str], size: int, number: int) -> list[str]:
+        chosen = list(must[:size])
+        wanted: list[str] = []
+        try:
+            plan = self._finder.guess(size) if number == 0 else None
+            if plan is not None:
+                wanted = [d.chip.uuid for d in plan.pending[0].devices]
+        except errors.ApiError as exc:
+            log.warning("preferred_without_pod", error=str(exc))
+        for device_id in chosen:
+            chip = self._chip_or_none(device_id)
+            if chip is not None and chip.uuid in wanted:
+                wanted.remove(chip.uuid)
+        for uuid in wanted:
+            match = next(
+                (
+                    i
+                    for i in available
+                    if i not in chosen and (c := self._chip_or_none(i)) and c.uuid == uuid
+                ),
+                None,
+            )
+            if match is not None and len(chosen) < size:
+                chosen.append(match)
+        for device_id in available:
+            if len(chosen) >= size:
+                break
+            if device_id not in chosen:
+                chosen.append(device_id)
+        return chosen
+
+    def _chip_or_none(self, device_id: str) -> backend.ChipInfo | None:
+        try:
+            return self._inventory.chip_of(device_id)
+        except errors.UnknownDevice:
+            return None

@@ -1,0 +1,145 @@
+"""Errors of the device plugin service (the NPU access layer has its own, in ``npu.errors``).
+
+``cluster`` translates the Kubernetes client's exceptions into ``ApiError`` subclasses at
+its boundary; ``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation``
+for a pod whose scheduler annotations cannot be served; ``devices`` raises
+``UnknownDevice``; ``lifecycle`` raises ``VnpuFailed`` and ``ledger`` ``LedgerError``. The
+gRPC servicer (``service``) turns each into a status code::
+
+    DevicePluginError
+    ├── SettingsError       a flag, environment value or file is invalid at start (field, value)
+    ├── ApiError            the Kubernetes API refused or failed (status, reason)
+    │   ├── NotFound        404: the object is gone
+    │   ├── Conflict        409: a resourceVersion precondition failed (re-read, retry)
+    │   ├── Invalid         400/422: the API refused what was sent
+    │   └── Unavailable     5xx, 429, timeouts, connection errors (retry with backoff)
+    ├── AllocateError       one Allocate cannot be served (its ``code`` is the gRPC status name)
+    │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
+    │   ├── PodNotIdentified no pod, or no single pod, matches the request       -> FAILED_PRECONDITION
+    │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
+    │   └── VnpuFailed      the driver refused or failed a vNPU create           -> RESOURCE_EXHAUSTED / INTERNAL
+    └── LedgerError         the ownership ledger cannot be read or written (path)
+
+``retryable`` says whether the same call may succeed later without any input changing.
+"""
+
+from __future__ import annotations
+
+
+class DevicePluginError(Exception):
+    """Base of every error raised by the device plugin service."""
+
+    retryable = False
+
+
+class SettingsError(DevicePluginError):
+    """A setting is invalid: ``field`` (a flag name without dashes) holds ``value``."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}: {problem} (got {value!r})")
+
+
+class ApiError(DevicePluginError):
+    """The Kubernetes API answered ``status`` (0 when no answer came) with ``reason``."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"Kubernetes API {status} {reason}: {message}")
+
+
+class NotFound(ApiError):
+    """404: the object does not exist (any more)."""
+
+
+class Conflict(ApiError):
+    """409: the object changed since it was read; read it again and redo the change."""
+
+    retryable = True
+
+
+class Invalid(ApiError):
+    """400 or 422: the API refused what was sent; sending it again cannot help."""
+
+
+class Unavailable(ApiError):
+    """The API could not be reached or is overloaded (5xx, 429, timeouts)."""
+
+    retryable = True
+
+
+class AllocateError(DevicePluginError):
+    """An Allocate that cannot be served; ``code`` names the gRPC status it is answered with."""
+
+    code = "INTERNAL"
+    result = "failed"  # the ``result`` label of vnpu_device_plugin_allocations_total
+
+
+class UnknownDevice(AllocateError):
+    """Kubelet asked for ``device_id``, which is not one of the ids this plugin advertises."""
+
+    code = "INVALID_ARGUMENT"
+    result = "invalid_request"
+
+    def __init__(self, device_id: str, problem: str) -> None:
+        self.device_id = device_id
+        self.problem = problem
+        super().__init__(f"device id {device_id!r}: {problem}")
+
+
+class PodNotIdentified(AllocateError):
+    """No pod (or more than one pod) fits the Allocate; ``candidates`` were looked at."""
+
+    code = "FAILED_PRECONDITION"
+    result = "pod_not_identified"
+    retryable = True
+
+    def __init__(self, node: str, problem: str, candidates: tuple[str, ...] = ()) -> None:
+        self.node = node
+        self.problem = problem
+        self.candidates = candidates
+        super().__init__(f"node {node}: {problem}")
+
+
+class BadAnnotation(AllocateError):
+    """Pod ``pod`` (namespace/name) carries an annotation ``key`` this plugin cannot serve."""
+
+    code = "INVALID_ARGUMENT"
+    result = "bad_annotation"
+
+    def __init__(self, pod: str, key: str, value: object, problem: str) -> None:
+        self.pod = pod
+        self.key = key
+        self.value = value
+        self.problem = problem
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        super().__init__(f"pod {pod}: annotation {key}: {problem} (got {shown})")
+
+
+class VnpuFailed(AllocateError):
+    """The driver refused (``refused``) or failed to create a ``template`` vNPU on chip ``chip``."""
+
+    result = "vnpu_failed"
+
+    def __init__(self, chip: int, template: str, problem: str, *, refused: bool) -> None:
+        self.chip = chip
+        self.template = template
+        self.problem = problem
+        self.refused = refused
+        self.code = "RESOURCE_EXHAUSTED" if refused else "INTERNAL"
+        super().__init__(f"cannot create a {template} vNPU on chip {chip}: {problem}")
+
+
+class LedgerError(DevicePluginError):
+    """The ownership ledger at ``path`` cannot be read or written."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"ownership ledger {path}: {problem}")

@@ -1,0 +1,245 @@
+"""Which pod an Allocate is for: kubelet does not say, so the plugin works it out, or refuses.
+
+Kubelet's Allocate carries device ids only. The scheduler's decision is on the pod, so the
+plugin has to identify the pod kubelet is admitting, and a wrong guess gives one pod
+another's chips (HAMi #15, #781, #3076, #3096). The rule, in order:
+
+1. **The lock owner.** When ``hami.io/mutex.lock`` names a pod (HAMi's and vnpu's
+   schedulers write ``<time>,<namespace>,<pod>``) that is waiting here and whose next
+   container needs as many devices as kubelet asks for, it is that pod.
+2. **Steered match.** Otherwise, among the pods bound to this node in bind-phase
+   ``allocating`` with containers left to serve (a bare Volcano lock names nobody): those
+   whose next container needs that many devices *on the chips of kubelet's ids*.
+   ``GetPreferredAllocation`` steered kubelet to those chips, so this is a strong match;
+   the oldest-created such pod wins (kubelet admits pods in creation order).
+3. **Count match.** Failing that, and only when no lock owner is waiting, the
+   oldest-created pod whose next container needs that many devices.
+
+A pod whose annotations cannot be read is only named when it is certain (the lock owner,
+or the only pod waiting); then Allocate fails that pod with the annotation's key. When
+nothing matches, the finder reads the API again until ``wait`` seconds have passed (the
+Binding may not be visible yet), then raises ``errors.PodNotIdentified`` with what it saw.
+``allocations`` calls ``find`` for Allocate and ``guess`` for GetPreferredAllocation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from vnpu_core import coordination, protocol
+from vnpu_core import errors as core_errors
+from vnpu_device_plugin import cluster, devices, errors, metrics, podplan
+from vnpu_device_plugin.npu import backend
+
+log = structlog.get_logger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Found:
+    """The pod an Allocate is for; ``broken`` when its annotations cannot be served."""
+
+    pod: Json
+    plan: podplan.PodPlan | None
+    broken: errors.BadAnnotation | None = None
+    how: str = ""  # lock-owner, steered, count, only-pod
+
+    @property
+    def who(self) -> str:
+        meta = self.pod.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    pod: Json
+    plan: podplan.PodPlan | None
+    broken: errors.BadAnnotation | None
+
+    @property
+    def who(self) -> str:
+        meta = self.pod.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    @property
+    def key(self) -> tuple[str | None, str | None]:
+        meta = self.pod.get("metadata") or {}
+        return (meta.get("namespace"), meta.get("name"))
+
+    @property
+    def order(self) -> tuple[str, str, str]:
+        meta = self.pod.get("metadata") or {}
+        return (
+            str(meta.get("creationTimestamp", "")),
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+        )
+
+
+def _waiting_here(pod: Mapping[str, Any], node: str, word: str) -> bool:
+    """Bound to ``node``, Pending, not being deleted, in bind-phase allocating, devices left."""
+    meta = pod.get("metadata") or {}
+    notes: Mapping[str, str] = meta.get("annotations") or {}
+    return (
+        (pod.get("spec") or {}).get("nodeName") == node
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and not meta.get("deletionTimestamp")
+        and notes.get(protocol.BIND_PHASE_KEY) == protocol.BindPhase.ALLOCATING.value
+        and notes.get(protocol.VGPU_NODE_KEY, node) == node
+        and podplan.has_pending(pod, word)
+    )
+
+
+def _fits(plan: podplan.PodPlan | None, chips: Sequence[Sequence[backend.ChipInfo]]) -> bool:
+    """The plan's next containers need as many devices as kubelet asks for, container by container."""
+    if plan is None or len(plan.pending) < len(chips):
+        return False
+    return all(len(c.devices) == len(ids) for c, ids in zip(plan.pending, chips, strict=False))
+
+
+def _on_chips(plan: podplan.PodPlan | None, chips: Sequence[Sequence[backend.ChipInfo]]) -> bool:
+    """Kubelet's ids are on exactly the chips of the plan's next containers."""
+    if plan is None:
+        return False
+    return all(
+        c.chip_uuids == tuple(sorted(chip.uuid for chip in ids))
+        for c, ids in zip(plan.pending, chips, strict=False)
+    )
+
+
+class Finder:
+    """Identifies pods for ``inventory``'s node through ``api``."""
+
+    def __init__(
+        self,
+        api: cluster.Cluster,
+        inventory: devices.Inventory,
+        stats: metrics.Metrics,
+        *,
+        attempts: int,
+        wait: float,
+    ) -> None:
+        self._api = api
+        self._inventory = inventory
+        self._stats = stats
+        self._attempts = attempts
+        self._wait = wait
+
+    def _read(self, call: Any) -> Any:
+        return cluster.retrying(
+            call, self._attempts, on_retry=lambda _e: self._stats.api_retries.inc()
+        )
+
+    def _candidate(self, pod: Json) -> _Candidate:
+        try:
+            return _Candidate(pod, podplan.read(pod, self._inventory), None)
+        except errors.BadAnnotation as exc:
+            return _Candidate(pod, None, exc)
+
+    def _look(self) -> tuple[_Candidate | None, list[_Candidate]]:
+        """The waiting lock owner (if any) and every pod waiting here, oldest first."""
+        node = self._inventory.node
+        word = self._inventory.common_word
+        obj: Json = self._read(lambda: self._api.get_node(node))
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
+        holder: tuple[str | None, str | None] = (None, None)
+        if raw is not None:
+            try:
+                lock = coordination.decode_lock(raw)
+                holder = (lock.namespace, lock.name)
+            except core_errors.ProtocolError as exc:
+                log.warning("node_lock_unreadable", node=node, value=raw, error=exc.problem)
+        pods: list[Json] = self._read(lambda: self._api.list_pods(node))
+        waiting = [self._candidate(p) for p in pods if _waiting_here(p, node, word)]
+        waiting.sort(key=lambda c: c.order)
+        owner = next((c for c in waiting if holder[1] is not None and c.key == holder), None)
+        return owner, waiting
+
+    def _decide(
+        self,
+        owner: _Candidate | None,
+        waiting: list[_Candidate],
+        chips: Sequence[Sequence[backend.ChipInfo]],
+    ) -> Found | None:
+        if owner is not None:
+            if owner.broken is not None:
+                return Found(owner.pod, None, owner.broken, "lock-owner")
+            if _fits(owner.plan, chips):
+                return Found(owner.pod, owner.plan, None, "lock-owner")
+        steered = [c for c in waiting if _fits(c.plan, chips) and _on_chips(c.plan, chips)]
+        if steered:
+            return Found(steered[0].pod, steered[0].plan, None, "steered")
+        if owner is not None:
+            return None  # the lock names a pod still waiting: do not hand its turn to another
+        counted = [c for c in waiting if _fits(c.plan, chips)]
+        if counted:
+            return Found(counted[0].pod, counted[0].plan, None, "count")
+        if len(waiting) == 1 and waiting[0].broken is not None:
+            return Found(waiting[0].pod, None, waiting[0].broken, "only-pod")
+        return None
+
+    def find(self, chips: Sequence[Sequence[backend.ChipInfo]]) -> Found:
+        """The pod kubelet's Allocate (devices on ``chips``, per container) is for."""
+        deadline = time.monotonic() + self._wait
+        pause = 0.05
+        while True:
+            owner, waiting = self._look()
+            found = self._decide(owner, waiting, chips)
+            if found is not None:
+                if found.how == "count":
+                    log.warning(
+                        "allocate_not_on_scheduled_chips",
+                        pod=found.who,
+                        kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
+                    )
+                return found
+            if time.monotonic() >= deadline:
+                raise errors.PodNotIdentified(
+                    self._inventory.node,
+                    _why(owner, waiting, chips, self._wait),
+                    tuple(c.who for c in waiting),
+                )
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.5)
+
+    def guess(self, count: int) -> podplan.PodPlan | None:
+        """For GetPreferredAllocation (a hint): the plan of the pod whose next container needs
+        ``count`` devices (the lock owner first, else the oldest), or None. Never waits."""
+        owner, waiting = self._look()
+        for candidate in [owner, *waiting]:
+            plan = candidate.plan if candidate is not None else None
+            if plan is not None and plan.pending and len(plan.pending[0].devices) == count:
+                return plan
+        return None
+
+
+def _why(
+    owner: _Candidate | None,
+    waiting: list[_Candidate],
+    chips: Sequence[Sequence[backend.ChipInfo]],
+    wait: float,
+) -> str:
+    asked = " + ".join(str(len(ids)) for ids in chips)
+    if owner is not None and owner.plan is not None:
+        needs = " + ".join(str(len(c.devices)) for c in owner.plan.pending[: len(chips)])
+        return (
+            f"the node lock names pod {owner.who}, whose next container needs {needs} device(s), "
+            f"but kubelet asks for {asked} (waited {wait:.1f} s)"
+        )
+    if not waiting:
+        return (
+            f"no pod bound to this node waits for devices (bind-phase allocating) after {wait:.1f} s; "
+            "was the pod scheduled by an NPU-aware scheduler?"
+        )
+    shown = ", ".join(
+        f"{c.who} needs {len(c.plan.pending[0].devices)}" if c.plan else f"{c.who} unreadable"
+        for c in waiting[:5]
+    )
+    return (
+        f"kubelet asks for {asked} device(s); no waiting pod matches ({shown}) after {wait:.1f} s"
+    )

@@ -1,0 +1,192 @@
+"""The vNPU ownership ledger: which pod container each vNPU this plugin created belongs to.
+
+One JSON file, ``<state dir>/ledger.json``, rewritten whole on every change: the new text
+goes to ``ledger.json.tmp``, is fsync'ed, renamed over the old file and the directory is
+fsync'ed, so after a crash or power cut the file is either the old or the new version,
+never half of one. ``lifecycle`` writes an ``intent`` record (pod, container, chip, the
+vNPU id it is about to use, template) *before* it creates the vNPU and turns it into
+``owned`` once the vNPU exists; the ``reconciler`` reads it after a restart and on every
+pass. So every vNPU the plugin ever created is named here, even one created just before
+a crash: an intent whose vNPU exists is owned by that pod, an intent whose vNPU does not
+exist is dropped.
+
+An init container and the app container that reuses its vNPU (same chip and template)
+each get a record for the same vNPU; it is destroyed only when every owner is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from vnpu_device_plugin import errors
+
+FILE = "ledger.json"
+FORMAT = "vnpu-device-plugin-ledger/v1"
+
+
+class State(StrEnum):
+    INTENT = "intent"  # about to create the vNPU; it may or may not exist
+    OWNED = "owned"  # the vNPU exists and belongs to the container
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One owner of one vNPU."""
+
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    init: bool  # the owner is an init container (its vNPU may go once it has finished)
+    chip: int  # physical id
+    chip_uuid: str
+    vnpu_id: int
+    template: str
+    state: State
+    created_at: float  # unix seconds when the intent was written
+
+    @property
+    def vnpu(self) -> tuple[int, int]:
+        """The vNPU this record is about: (chip, vNPU id)."""
+        return (self.chip, self.vnpu_id)
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        return (self.pod_uid, self.container)
+
+    @property
+    def who(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "pod_uid": str,
+    "namespace": str,
+    "pod": str,
+    "container": str,
+    "init": bool,
+    "chip": int,
+    "chip_uuid": str,
+    "vnpu_id": int,
+    "template": str,
+    "state": str,
+    "created_at": (int, float),
+}
+
+
+def _record(path: str, index: int, raw: object) -> Record:
+    where = f"records[{index}]"
+    if not isinstance(raw, dict):
+        raise errors.LedgerError(path, f"{where} is not an object")
+    for name, kind in _FIELD_TYPES.items():
+        value = raw.get(name)
+        wrong_bool = isinstance(value, bool) and kind is not bool
+        if value is None or wrong_bool or not isinstance(value, kind):
+            raise errors.LedgerError(path, f"{where}.{name} is missing or not a {kind}: {value!r}")
+    try:
+        state = State(raw["state"])
+    except ValueError as exc:
+        raise errors.LedgerError(path, f"{where}.state {raw['state']!r} is unknown") from exc
+    values = {name: raw[name] for name in _FIELD_TYPES}
+    values["state"] = state
+    values["created_at"] = float(raw["created_at"])
+    return Record(**values)
+
+
+class Ledger:
+    """The ledger file of ``state_dir``; thread-safe. Raises ``errors.LedgerError``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE
+        self._lock = threading.Lock()
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.LedgerError(str(self.path), f"cannot create the directory: {exc}") from exc
+        self._records = self._load()
+        self._write(self._records)  # proves the directory is writable before serving
+
+    def _load(self) -> tuple[Record, ...]:
+        where = str(self.path)
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ()
+        except OSError as exc:
+            raise errors.LedgerError(where, f"cannot read: {exc}") from exc
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise errors.LedgerError(
+                where, f"not JSON ({exc}); move it aside to start with an empty ledger"
+            ) from exc
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            raise errors.LedgerError(where, f"not a ledger of format {FORMAT}")
+        raw = document.get("records")
+        if not isinstance(raw, list):
+            raise errors.LedgerError(where, "records is not a list")
+        return tuple(_record(where, i, item) for i, item in enumerate(raw))
+
+    def _write(self, records: tuple[Record, ...]) -> None:
+        document = {
+            "format": FORMAT,
+            "records": [
+                {**dataclasses.asdict(r), "state": r.state.value}
+                for r in sorted(records, key=lambda r: (r.chip, r.vnpu_id, r.pod_uid, r.container))
+            ],
+        }
+        text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+        temporary = self.path.with_name(FILE + ".tmp")
+        try:
+            with temporary.open("w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, self.path)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            raise errors.LedgerError(str(self.path), f"cannot write: {exc}") from exc
+
+    def records(self) -> tuple[Record, ...]:
+        with self._lock:
+            return self._records
+
+    def owners(self, chip: int, vnpu_id: int) -> tuple[Record, ...]:
+        with self._lock:
+            return tuple(r for r in self._records if r.vnpu == (chip, vnpu_id))
+
+    def of_container(self, pod_uid: str, container: str) -> tuple[Record, ...]:
+        with self._lock:
+            return tuple(r for r in self._records if r.owner == (pod_uid, container))
+
+    def add(self, *records: Record) -> None:
+        """Append records and write the file (durable when this returns)."""
+        with self._lock:
+            updated = self._records + records
+            self._write(updated)
+            self._records = updated
+
+    def replace(self, old: Record, new: Record) -> None:
+        with self._lock:
+            updated = tuple(new if r == old else r for r in self._records)
+            self._write(updated)
+            self._records = updated
+
+    def remove(self, *records: Record) -> None:
+        gone = set(records)
+        with self._lock:
+            updated = tuple(r for r in self._records if r not in gone)
+            if len(updated) == len(self._records):
+                return
+            self._write(updated)
+            self._records = updated

@@ -1,0 +1,131 @@
+"""Every metric the device plugin exports, in its own registry, with the label values allowed.
+
+``plugin`` builds one ``Metrics`` and hands it to the parts that count; ``monitoring``
+serves ``registry`` on ``/metrics``. Names follow Prometheus' rules: prefix
+``vnpu_device_plugin_``, base units, counters ending in ``_total``; label values come
+from the closed sets below, never from pods or chips.
+
+| metric | labels |
+|---|---|
+| ``vnpu_device_plugin_allocations_total`` | ``result``: ``ALLOCATION_RESULTS`` |
+| ``vnpu_device_plugin_allocate_duration_seconds`` | ``result``: success or failed |
+| ``vnpu_device_plugin_vnpus_created_total`` | |
+| ``vnpu_device_plugin_vnpus_destroyed_total`` | ``reason``: ``DESTROY_REASONS`` |
+| ``vnpu_device_plugin_vnpus_reclaimed_total`` | ``reason``: ``RECLAIM_REASONS`` |
+| ``vnpu_device_plugin_vnpus_owned`` | |
+| ``vnpu_device_plugin_health_transitions_total`` | ``to``: healthy or unhealthy |
+| ``vnpu_device_plugin_chips`` | ``health``: healthy or unhealthy |
+| ``vnpu_device_plugin_registrations_total`` | ``result``: success or failure |
+| ``vnpu_device_plugin_node_publications_total`` | ``result``: success or failure |
+| ``vnpu_device_plugin_api_retries_total`` | |
+| ``vnpu_build_info`` | ``component``, ``version`` |
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from vnpu_device_plugin import __version__
+
+ALLOCATION_RESULTS = (
+    "success",
+    "invalid_request",  # unknown device ids, a malformed request
+    "pod_not_identified",  # no single pod matches the request
+    "bad_annotation",  # the pod's annotations cannot be served; the pod is failed
+    "vnpu_failed",  # the driver refused or failed a vNPU create
+    "api_error",  # the Kubernetes API failed beyond the retries
+    "failed",  # anything else
+)
+DESTROY_REASONS = ("rollback", "reclaimed")
+RECLAIM_REASONS = ("owner_gone", "owner_finished", "init_finished", "unowned")
+_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The plugin's metrics; a fresh registry unless one is passed in."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.allocations = Counter(
+            "vnpu_device_plugin_allocations",
+            "Allocate calls by result.",
+            ["result"],
+            registry=r,
+        )
+        self.allocate_duration = Histogram(
+            "vnpu_device_plugin_allocate_duration_seconds",
+            "Time to serve one Allocate call, from request to answer.",
+            ["result"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.vnpus_created = Counter(
+            "vnpu_device_plugin_vnpus_created",
+            "vNPUs this plugin created (managed mode).",
+            registry=r,
+        )
+        self.vnpus_destroyed = Counter(
+            "vnpu_device_plugin_vnpus_destroyed",
+            "vNPUs this plugin destroyed: rolled back after a failed Allocate, or reclaimed.",
+            ["reason"],
+            registry=r,
+        )
+        self.vnpus_reclaimed = Counter(
+            "vnpu_device_plugin_vnpus_reclaimed",
+            "vNPUs the reconciler destroyed, by why nobody needed them any more.",
+            ["reason"],
+            registry=r,
+        )
+        self.vnpus_owned = Gauge(
+            "vnpu_device_plugin_vnpus_owned",
+            "vNPUs the ownership ledger records.",
+            registry=r,
+        )
+        self.health_transitions = Counter(
+            "vnpu_device_plugin_health_transitions",
+            "Chips that turned healthy or unhealthy.",
+            ["to"],
+            registry=r,
+        )
+        self.chips = Gauge(
+            "vnpu_device_plugin_chips",
+            "Chips advertised to kubelet, by health.",
+            ["health"],
+            registry=r,
+        )
+        self.registrations = Counter(
+            "vnpu_device_plugin_registrations",
+            "Registrations with kubelet, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.publications = Counter(
+            "vnpu_device_plugin_node_publications",
+            "Writes of the node annotations (inventory, handshake), by result.",
+            ["result"],
+            registry=r,
+        )
+        self.api_retries = Counter(
+            "vnpu_device_plugin_api_retries",
+            "Kubernetes API calls repeated after an outage or a conflict.",
+            registry=r,
+        )
+        build = Gauge(
+            "vnpu_build_info",
+            "Build information; always 1.",
+            ["component", "version"],
+            registry=r,
+        )
+        build.labels("device-plugin", __version__).set(1)
+        for result in ALLOCATION_RESULTS:
+            self.allocations.labels(result)
+        for reason in DESTROY_REASONS:
+            self.vnpus_destroyed.labels(reason)
+        for reason in RECLAIM_REASONS:
+            self.vnpus_reclaimed.labels(reason)
+        for state in ("healthy", "unhealthy"):
+            self.health_transitions.labels(state)
+        for result in ("success", "failure"):
+            self.registrations.labels(result)
+            self.publications.labels(result)

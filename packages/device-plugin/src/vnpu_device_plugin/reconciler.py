@@ -1,0 +1,319 @@
+"""Keeping the driver's vNPUs, the ownership ledger and the pods in the API in agreement.
+
+Run at start (after a restart or a crash) and every ``interval`` seconds, under the
+allocation lock so no Allocate is half done while it looks. One pass:
+
+1. **Ledger against driver.** An ``intent`` whose vNPU exists (the plugin died after
+   creating it) becomes ``owned``; an intent whose vNPU does not exist (died before) is
+   dropped, and so is an ``owned`` record whose vNPU someone else destroyed.
+2. **Owned vNPUs.** A vNPU is destroyed when every owner is done: its pod is gone from the
+   API (and kubelet's PodResources does not list it either), or Succeeded/Failed, or the
+   owner is an init container that has terminated. Never while the driver says a
+   container holds it: that one waits for the next pass.
+3. **Unowned vNPUs** (made by the runtime, an operator, or lost with a ledger): destroyed
+   only after ``grace`` seconds unowned and idle, and only on a chip where no running pod
+   has a vNPU the ledger does not account for (it may be that pod's).
+4. hami-vnpu-core per-container directories of pods that are gone are removed.
+
+It also remembers which chips live pods use (``busy``), which the health judgement
+needs. ``plugin`` runs it in its own thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from vnpu_core import errors as core_errors
+from vnpu_core import ledger as core_ledger
+from vnpu_core import protocol
+from vnpu_device_plugin import cluster, devices, environment, errors, ledger, lifecycle, metrics
+from vnpu_device_plugin.npu import backend
+from vnpu_device_plugin.npu import errors as npu_errors
+
+log = structlog.get_logger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass
+class Pass:
+    """What one pass did (for logs and tests)."""
+
+    reclaimed: list[tuple[int, int, str]] = field(default_factory=list)  # chip, vNPU, reason
+    dropped: list[ledger.Record] = field(default_factory=list)
+    recovered: list[ledger.Record] = field(default_factory=list)
+    kept_in_use: list[tuple[int, int]] = field(default_factory=list)
+    pods_read: bool = False
+
+
+def _init_finished(pod: Mapping[str, Any], container: str) -> bool:
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == container:
+            return bool((status.get("state") or {}).get("terminated"))
+    return False
+
+
+class Reconciler:
+    """Reconciles ``inventory``'s chips; ``live_kubelet`` reads PodResources (None: unknown)."""
+
+    def __init__(
+        self,
+        npu: backend.Backend,
+        inventory: devices.Inventory,
+        book: ledger.Ledger,
+        vnpus: lifecycle.Lifecycle,
+        api: cluster.Cluster,
+        stats: metrics.Metrics,
+        *,
+        lock: threading.Lock,
+        grace: float,
+        interval: float,
+        live_kubelet: Callable[[], set[tuple[str, str]] | None],
+        paths: environment.SoftPaths | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._npu = npu
+        self._inventory = inventory
+        self._book = book
+        self._vnpus = vnpus
+        self._api = api
+        self._stats = stats
+        self._lock = lock
+        self._grace = grace
+        self._interval = interval
+        self._live_kubelet = live_kubelet
+        self._paths = paths
+        self._clock = clock
+        self._unowned_since: dict[tuple[int, int], float] = {}
+        self.busy: frozenset[int] = frozenset()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> Pass:
+        report = Pass()
+        with self._lock:
+            try:
+                pods = cluster.retrying(lambda: self._api.list_pods(self._inventory.node), 2)
+            except errors.ApiError as exc:
+                log.warning("reconcile_without_pods", error=str(exc))
+                pods = None
+            driver = self._driver()
+            self._settle(driver, report)
+            if pods is not None:
+                report.pods_read = True
+                kubelet = self._live_kubelet()
+                held = self._held(pods)
+                self._reclaim_owned(driver, pods, kubelet, report)
+                self._reclaim_unowned(driver, held, report)
+                self._clean_soft_dirs(pods)
+                self.busy = frozenset(self._busy_chips(held))
+            self._stats.vnpus_owned.set(len({r.vnpu for r in self._book.records()}))
+        if report.reclaimed or report.dropped or report.recovered:
+            log.info(
+                "reconciled",
+                reclaimed=report.reclaimed,
+                dropped=[(r.chip, r.vnpu_id, r.state.value) for r in report.dropped],
+                recovered=[(r.chip, r.vnpu_id) for r in report.recovered],
+            )
+        return report
+
+    def _driver(self) -> dict[int, dict[int, backend.VnpuInfo]]:
+        """vNPUs by chip and id, for the chips that answer."""
+        found = {}
+        for chip in self._inventory.chips:
+            try:
+                found[chip.phy_id] = {v.vnpu_id: v for v in self._npu.vnpus(chip.phy_id)}
+            except npu_errors.NpuError as exc:
+                log.warning("vnpus_unreadable", chip=chip.phy_id, error=str(exc))
+        return found
+
+    def _settle(self, driver: Mapping[int, Mapping[int, backend.VnpuInfo]], report: Pass) -> None:
+        for record in self._book.records():
+            vnpus = driver.get(record.chip)
+            if vnpus is None:
+                continue  # the chip does not answer: nothing is known about its vNPUs
+            info = vnpus.get(record.vnpu_id)
+            if info is None or info.template != record.template:
+                self._book.remove(record)
+                report.dropped.append(record)
+            elif record.state is ledger.State.INTENT:
+                owned = dataclasses.replace(record, state=ledger.State.OWNED)
+                self._book.replace(record, owned)
+                report.recovered.append(owned)
+
+    def _done(
+        self,
+        record: ledger.Record,
+        by_uid: Mapping[str, Json],
+        kubelet: set[tuple[str, str]] | None,
+    ) -> str | None:
+        """Why the record's owner no longer needs its vNPU, or None while it may."""
+        pod = by_uid.get(record.pod_uid)
+        if pod is None:
+            if kubelet is not None and (record.namespace, record.pod) in kubelet:
+                return None
+            return "owner_gone"
+        if (pod.get("status") or {}).get("phase") in core_ledger.FINISHED_PHASES:
+            return "owner_finished"
+        if record.init and _init_finished(pod, record.container):
+            return "init_finished"
+        return None
+
+    def _reclaim_owned(
+        self,
+        driver: Mapping[int, Mapping[int, backend.VnpuInfo]],
+        pods: list[Json],
+        kubelet: set[tuple[str, str]] | None,
+        report: Pass,
+    ) -> None:
+        by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        groups: dict[tuple[int, int], list[ledger.Record]] = {}
+        for record in self._book.records():
+            groups.setdefault(record.vnpu, []).append(record)
+        for (chip, vnpu_id), records in groups.items():
+            info = (driver.get(chip) or {}).get(vnpu_id)
+            if info is None:
+                continue
+            reasons = [self._done(r, by_uid, kubelet) for r in records]
+            finished = [r for r, why in zip(records, reasons, strict=True) if why]
+            if len(finished) < len(records):
+                self._book.remove(*finished)  # the vNPU stays for the owners still running
+                continue
+            if info.container_used:
+                report.kept_in_use.append((chip, vnpu_id))
+                continue
+            reason = str(reasons[0])
+            if self._destroy(chip, vnpu_id, reason, report):
+                self._book.remove(*records)
+
+    def _destroy(self, chip: int, vnpu_id: int, reason: str, report: Pass) -> bool:
+        try:
+            self._vnpus.destroy(chip, vnpu_id, "reclaimed")
+        except npu_errors.VnpuNotFound:
+            return True
+        except npu_errors.VnpuInUse:
+            report.kept_in_use.append((chip, vnpu_id))
+            return False
+        except npu_errors.NpuError as exc:
+            log.error("vnpu_reclaim_failed", chip=chip, vnpu=vnpu_id, error=str(exc))
+            return False
+        self._stats.vnpus_reclaimed.labels(reason).inc()
+        report.reclaimed.append((chip, vnpu_id, reason))
+        return True
+
+    def _held(self, pods: list[Json]) -> list[tuple[str, protocol.DeviceEntry]] | None:
+        """(pod uid, device) of every device live pods hold here; None when one is unreadable."""
+        key = protocol.allocated_key(self._inventory.common_word)
+        held = []
+        for pod in pods:
+            if not core_ledger.holds_devices(pod, self._inventory.node):
+                continue
+            meta = pod.get("metadata") or {}
+            value = (meta.get("annotations") or {}).get(key, "")
+            try:
+                entries = protocol.decode_devices(key, value)
+            except core_errors.ProtocolError:
+                return None
+            held += [(str(meta.get("uid")), device) for entry in entries for device in entry]
+        return held
+
+    def _claimed_chips(self, held: list[tuple[str, protocol.DeviceEntry]] | None) -> set[int]:
+        """Chips where a live pod has a vNPU or soft slice the ledger does not account for."""
+        if held is None:
+            return {c.phy_id for c in self._inventory.chips}  # cannot tell: claim them all
+        recorded = {(r.pod_uid, r.chip) for r in self._book.records()}
+        allocatable = self._inventory.model.memory_allocatable_mib
+        claimed = set()
+        for uid, device in held:
+            chip = self._inventory.chip(device.uuid)
+            if (
+                chip is not None
+                and device.memory_mib < allocatable
+                and (uid, chip.phy_id) not in recorded
+            ):
+                claimed.add(chip.phy_id)
+        return claimed
+
+    def _reclaim_unowned(
+        self,
+        driver: Mapping[int, Mapping[int, backend.VnpuInfo]],
+        held: list[tuple[str, protocol.DeviceEntry]] | None,
+        report: Pass,
+    ) -> None:
+        owned = {r.vnpu for r in self._book.records()}
+        now = self._clock()
+        present = {(chip, i) for chip, vnpus in driver.items() for i in vnpus}
+        for gone in set(self._unowned_since) - present:
+            del self._unowned_since[gone]
+        claimed = self._claimed_chips(held)
+        for chip, vnpus in driver.items():
+            for vnpu_id, info in vnpus.items():
+                where = (chip, vnpu_id)
+                if where in owned:
+                    self._unowned_since.pop(where, None)
+                    continue
+                if info.container_used:
+                    self._unowned_since[where] = now  # in use: the grace starts over
+                    continue
+                since = self._unowned_since.setdefault(where, now)
+                if now - since < self._grace or chip in claimed:
+                    continue
+                if self._destroy(chip, vnpu_id, "unowned", report):
+                    self._unowned_since.pop(where, None)
+
+    def _clean_soft_dirs(self, pods: list[Json]) -> None:
+        if self._paths is None or not self._inventory.soft:
+            return
+        root = self._paths.core_dir / "containers"
+        if not root.is_dir():
+            return
+        live = {
+            str((p.get("metadata") or {}).get("uid"))
+            for p in pods
+            if core_ledger.holds_devices(p, self._inventory.node)
+        }
+        for directory in root.iterdir():
+            uid = directory.name.split("_", 1)[0]
+            if directory.is_dir() and "_" in directory.name and uid not in live:
+                shutil.rmtree(directory, ignore_errors=True)
+                log.info("soft_dir_removed", path=str(directory))
+
+    def _busy_chips(self, held: list[tuple[str, protocol.DeviceEntry]] | None) -> set[int]:
+        """Chips the scheduler gave to pods that still hold them (all of them when unreadable)."""
+        if held is None:
+            return {c.phy_id for c in self._inventory.chips}
+        uuids = {device.uuid for _uid, device in held}
+        return {c.phy_id for c in self._inventory.chips if c.uuid in uuids}
+
+    def poke(self) -> None:
+        """Run a pass soon (an Allocate failed and may have left vNPUs to reclaim)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="vnpu-dp-reconciler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+            except Exception:  # a bug must not stop reconciling for good
+                log.exception("reconcile_failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

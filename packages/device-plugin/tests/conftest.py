@@ -1,0 +1,447 @@
+"""Fixtures for the device plugin's tests: a real API emulator, a simulated kubelet, a simulated node.
+
+Everything runs over real transports: the API emulator (``vnpu_sandbox.apiserver``) on
+loopback HTTP, the simulated kubelet (``vnpu_sandbox.kubelet``) on unix sockets, the plugin's
+gRPC server on its own socket, the simulated chips in a directory. Socket paths must stay
+under ~100 bytes, so socket directories are made under /tmp directly.
+
+``Cluster`` is the tests' own view of the API: create pods, place them as a scheduler
+would (annotations inside the Binding, with HAMi's owner lock or Volcano's bare one), read
+them back, wait for a condition.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from vnpu_core import coordination, protocol
+from vnpu_device_plugin import plugin, settings
+from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+NODE = "npu-node-1"
+CW = "Ascend310P"
+RESOURCE = "huawei.com/Ascend310P"
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One device the scheduler gives a container: a chip (physical id) and what of it."""
+
+    chip: int
+    template: str | None = None  # None: a whole chip (or a soft slice with memory/cores)
+    memory: int = 0
+    cores: int = 0
+
+
+class Cluster:
+    """The tests' client of the API emulator."""
+
+    def __init__(self, url: str, sim_dir: Path) -> None:
+        self.url = url
+        self.sim_dir = sim_dir
+        self.client = apiclient.client_for_host(url)
+        self.core = kubernetes.client.CoreV1Api(self.client)
+
+    def close(self) -> None:
+        apiclient.close_client(self.client)
+
+    def uuid(self, chip: int) -> str:
+        return sim_backend.SimBackend(self.sim_dir).chips()[chip].uuid
+
+    def node(self, name: str = NODE) -> Json:
+        data: Json = json.loads(self.core.read_node(name, _preload_content=False).data)
+        return data
+
+    def node_annotations(self, name: str = NODE) -> dict[str, str]:
+        return dict(self.node(name)["metadata"].get("annotations") or {})
+
+    def annotate_node(self, annotations: dict[str, str | None], name: str = NODE) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        self.core.patch_node(name, body, _content_type=MERGE_PATCH)
+
+    def pod(self, name: str, namespace: str = "default") -> Json:
+        data: Json = json.loads(
+            self.core.read_namespaced_pod(name, namespace, _preload_content=False).data
+        )
+        return data
+
+    def annotations(self, name: str, namespace: str = "default") -> dict[str, str]:
+        return dict(self.pod(name, namespace)["metadata"].get("annotations") or {})
+
+    def phase(self, name: str, namespace: str = "default") -> str:
+        return str(self.pod(name, namespace)["status"].get("phase", ""))
+
+    def create_pod(
+        self,
+        name: str,
+        containers: Sequence[tuple[str, int]],
+        *,
+        init: Sequence[tuple[str, int]] = (),
+        annotations: dict[str, str] | None = None,
+        namespace: str = "default",
+        resource: str = RESOURCE,
+    ) -> Json:
+        """A pod whose containers (name, device count) ask for ``resource``."""
+
+        def spec(name: str, count: int) -> Json:
+            limits = {resource: str(count)} if count else {}
+            return {"name": name, "image": "busybox", "resources": {"limits": limits}}
+
+        body: Json = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"containers": [spec(n, c) for n, c in containers]},
+        }
+        if init:
+            body["spec"]["initContainers"] = [spec(n, c) for n, c in init]
+        created: Json = json.loads(
+            self.core.create_namespaced_pod(namespace, body, _preload_content=False).data
+        )
+        return created
+
+    def decision(
+        self,
+        grants: Sequence[Sequence[Grant]],
+        *,
+        soft: bool = False,
+        word: str = CW,
+        node: str = NODE,
+    ) -> dict[str, str]:
+        """The annotations a scheduler writes for ``grants`` (one list per annotation entry)."""
+        entries = [
+            [
+                protocol.DeviceEntry(self.uuid(g.chip), word, g.memory, g.cores if soft else 0)
+                for g in container
+            ]
+            for container in grants
+        ]
+        runtime = [
+            protocol.RuntimeInfo(
+                self.uuid(g.chip), g.template, g.memory if soft or g.template else 0, g.cores
+            )
+            for container in grants
+            for g in container
+        ]
+        devices = protocol.encode_devices(entries)
+        now = str(int(time.time()))
+        return {
+            protocol.to_allocate_key(word): devices,
+            protocol.allocated_key(word): devices,
+            protocol.runtime_key(word): protocol.encode_runtime(runtime),
+            protocol.VGPU_NODE_KEY: node,
+            protocol.VGPU_TIME_KEY: now,
+            protocol.BIND_TIME_KEY: now,
+            protocol.BIND_PHASE_KEY: protocol.BindPhase.ALLOCATING.value,
+        }
+
+    def lock(self, owner: tuple[str, str] | None, node: str = NODE) -> str:
+        """Take the node lock as HAMi (``owner`` = namespace, pod) or Volcano (None) does."""
+        now = datetime.now(UTC).astimezone()
+        if owner is None:
+            value = coordination.encode_lock(coordination.NodeLock(now))
+        else:
+            value = coordination.encode_lock(coordination.NodeLock(now, owner[0], owner[1]))
+        self.annotate_node({protocol.NODE_LOCK_KEY: value}, node)
+        return value
+
+    def bind(
+        self, name: str, annotations: dict[str, str], node: str = NODE, namespace: str = "default"
+    ) -> None:
+        """Bind the pod with ``annotations`` in the Binding (one write, as vnpu and Volcano do)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+
+    def place(
+        self,
+        name: str,
+        grants: Sequence[Sequence[Grant]],
+        *,
+        containers: Sequence[tuple[str, int]] | None = None,
+        init: Sequence[tuple[str, int]] = (),
+        lock: str = "owner",
+        soft: bool = False,
+        annotations: dict[str, str] | None = None,
+        namespace: str = "default",
+    ) -> None:
+        """Create a pod and place it like a scheduler: lock (owner, bare or none), then bind."""
+        if containers is None:
+            containers = [(f"c{i}", len(g)) for i, g in enumerate(grants)]
+        extra = dict(annotations or {})
+        if soft:
+            extra[protocol.VNPU_MODE_KEY] = protocol.SOFT_MODE_VALUE
+        self.create_pod(name, containers, init=init, annotations=extra, namespace=namespace)
+        if lock == "owner":
+            self.lock((namespace, name))
+        elif lock == "bare":
+            self.lock(None)
+        self.bind(name, self.decision(grants, soft=soft), namespace=namespace)
+
+    def set_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+        body = {"status": {"phase": phase}}
+        self.core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH)
+
+    def delete_pod(self, name: str, namespace: str = "default") -> None:
+        self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    def events(self, name: str) -> list[str]:
+        listed = json.loads(self.core.list_namespaced_event("default", _preload_content=False).data)
+        return [
+            str(e.get("message", ""))
+            for e in listed.get("items", [])
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+
+
+def write_node(
+    sim_dir: Path, chip: str = "310P3", chips: int = 4, server: str | None = None, **extra: Any
+) -> Path:
+    sim_dir.mkdir(parents=True, exist_ok=True)
+    doc: Json = {"chip": chip, "chips": chips, "seed": "device-plugin-tests", **extra}
+    if server:
+        doc["server"] = server
+    (sim_dir / "chips.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    sim_backend.SimBackend(sim_dir)  # creates the state file
+    return sim_dir
+
+
+@dataclass
+class Node:
+    """One test node: directories, the API, and (once started) the kubelet and the plugin."""
+
+    root: Path
+    url: str
+    kubeconfig: Path
+    api: Cluster
+    kubelet: kubelet.Kubelet | None = None
+    plugin: plugin.Plugin | None = None
+
+    @property
+    def sim_dir(self) -> Path:
+        return self.root / "sim"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "dp"
+
+    @property
+    def pod_resources(self) -> Path:
+        return self.root / "pr" / "kubelet.sock"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def settings(self, **overrides: Any) -> settings.Settings:
+        values: Json = {
+            "node_name": NODE,
+            "backend": "sim",
+            "sim_dir": self.sim_dir,
+            "device_plugin_dir": self.plugin_dir,
+            "pod_resources_socket": self.pod_resources,
+            "kubeconfig": self.kubeconfig,
+            "state_dir": self.state_dir,
+            "metrics_host": "127.0.0.1",
+            "metrics_port": 0,
+            "health_interval": 0.1,
+            "report_interval": 30.0,
+            "reconcile_interval": 30.0,
+            "allocate_wait": 1.0,
+            "unowned_grace": 300.0,
+            "hami_core_dir": self.root / "hami-core",
+            "hami_shared_dir": self.root / "hami-shared",
+        }
+        values.update(overrides)
+        return settings.Settings(**values)
+
+    def start_kubelet(self) -> kubelet.Kubelet:
+        config = kubelet.KubeletConfig(
+            node=nodestatus.NodeIdentity(NODE),
+            device_plugin_dir=self.plugin_dir,
+            pod_resources_socket=self.pod_resources,
+            heartbeat_seconds=0,
+        )
+        self.kubelet = kubelet.Kubelet(config, apiclient.client_for_host(self.url))
+        self.kubelet.start()
+        return self.kubelet
+
+    def start_plugin(self, **overrides: Any) -> plugin.Plugin:
+        self.plugin = plugin.Plugin(self.settings(**overrides))
+        self.plugin.start()
+        return self.plugin
+
+    def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            self.plugin.stop()
+            self.plugin = None
+
+    def capacity(self) -> tuple[int, int]:
+        status = self.api.node()["status"]
+        return (
+            int(status.get("capacity", {}).get(RESOURCE, 0)),
+            int(status.get("allocatable", {}).get(RESOURCE, 0)),
+        )
+
+    def env(self, pod: str, container: str) -> dict[str, str]:
+        assert self.kubelet is not None
+        record = self.kubelet.allocation("default", pod)
+        assert record is not None, f"pod {pod} has no allocation"
+        found = record.container(container)
+        assert found is not None, f"pod {pod} has no container {container} in its allocation"
+        return found.env
+
+    def running(self, pod: str) -> bool:
+        return self.api.phase(pod) == "Running"
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="vdp-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def api_url() -> Iterator[str]:
+    with harness.serve() as url:
+        yield url
+
+
+@pytest.fixture
+def node(root: Path, api_url: str) -> Iterator[Node]:
+    """A four-chip 310P3 node (Atlas 300I Duo), its kubelet started; the plugin not yet."""
+    write_node(root / "sim", server="300i-duo")
+    kubeconfig = harness.write_kubeconfig(root / "kubeconfig", api_url)
+    cluster = Cluster(api_url, root / "sim")
+    test_node = Node(root, api_url, kubeconfig, cluster)
+    test_node.start_kubelet()
+    yield test_node
+    test_node.stop_plugin()
+    if test_node.kubelet is not None:
+        test_node.kubelet.stop()
+    cluster.close()
+
+
+@pytest.fixture
+def running(node: Node) -> Node:
+    """The node with its plugin started and registered."""
+    node.start_plugin()
+    wait_for(lambda: node.capacity() == (28, 28), what="capacity 28 (4 chips x 7)")
+    return node
+
+
+class PluginProcess:
+    """The real ``vnpu-device-plugin`` command, for crash and signal tests."""
+
+    def __init__(self, node: Node, *args: str) -> None:
+        self.node = node
+        self.args = list(args)
+        self.process: subprocess.Popen[str] | None = None
+        self.log = node.root / "plugin.log"
+
+    def command(self) -> list[str]:
+        options = self.node.settings()
+        return [
+            sys.executable,
+            "-m",
+            "vnpu_device_plugin",
+            "--node-name",
+            options.node_name,
+            "--backend",
+            "sim",
+            "--sim-dir",
+            str(self.node.sim_dir),
+            "--device-plugin-dir",
+            str(self.node.plugin_dir),
+            "--pod-resources-socket",
+            str(self.node.pod_resources),
+            "--kubeconfig",
+            str(self.node.kubeconfig),
+            "--state-dir",
+            str(self.node.state_dir),
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+            "--health-interval",
+            "0.1",
+            "--allocate-wait",
+            "1",
+            *self.args,
+        ]
+
+    def start(self, *extra: str) -> PluginProcess:
+        out = self.log.open("a", encoding="utf-8")
+        self.process = subprocess.Popen(
+            [*self.command(), *extra], stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+        out.close()
+        return self
+
+    def wait(self, timeout: float = 20.0) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8") if self.log.exists() else ""
+
+
+class Kit:
+    """Helpers tests reach through the ``kit`` fixture (test modules cannot import conftest)."""
+
+    Grant = Grant
+    PluginProcess = PluginProcess
+    wait_for = staticmethod(wait_for)
+    write_node = staticmethod(write_node)
+    NODE = NODE
+    CW = CW
+    RESOURCE = RESOURCE
+
+
+@pytest.fixture
+def kit() -> type[Kit]:
+    return Kit
