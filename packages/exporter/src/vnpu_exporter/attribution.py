@@ -1,0 +1,309 @@
+"""Who holds what on this node's chips: pods' allocations tied to chips and driver vNPUs.
+
+Pure: ``collector`` calls ``attribute`` once per scrape with the latest readings. Sources,
+most trusted first:
+
+1. **Pod annotations** (``hami.io/<CW>-devices-allocated`` + ``huawei.com/<CW>``, what the
+   scheduler decided, per container: chip UUID, template or whole chip or soft slice). The
+   same reading ``vnpu_core.ledger`` does for the scheduler, so both count the same usage.
+2. **The device plugin's ownership ledger** (managed mode): the exact vNPU id of a container.
+3. **Matching on the chip**: the only allocation of a template on a chip and the only vNPU
+   of that template (or the only one a container holds) belong together. With several of
+   one template on one chip and no ledger, the allocation is reported without a vNPU id
+   (``ambiguous``) rather than guessed.
+4. **PodResources** (kubelet): containers of pods without vnpu annotations that hold chips
+   under Huawei-style device ids (``Ascend910-3``: physical chip 3) hold those chips whole.
+   HAMi-style ids (``<UUID>-<n>``) name slots, not what the slot holds: such a container
+   without annotations is not reported.
+
+A vNPU the driver has that no allocation accounts for is *unowned* (leaked, or not yet
+reclaimed). When the pods are unknown (the API failed), nothing here is computed: no
+allocation is better than a wrong "unowned".
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vnpu_core import catalog, errors, inventory, ledger, protocol
+from vnpu_device_plugin.npu import backend
+from vnpu_exporter import metrics, ownership, podresources
+
+Kind = metrics.AllocationKind
+How = metrics.Attribution
+Json = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One whole chip, hard vNPU or soft slice held by one container."""
+
+    owner: Owner
+    chip_uuid: str
+    phy: int | None  # None: the chip is not one of this node's
+    model: catalog.ChipModel
+    kind: metrics.AllocationKind
+    template: str  # "" for whole chips and soft slices
+    memory_mib: int  # what it may use
+    aicores: float  # AI cores it holds (a soft slice: its core percentage of the chip's)
+    chip_aicores: int
+    vnpu_id: int | None = None
+    attribution: metrics.Attribution = How.NOT_APPLICABLE
+
+    @property
+    def share(self) -> float:
+        return min(1.0, self.aicores / self.chip_aicores) if self.chip_aicores else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    allocations: tuple[Allocation, ...]
+    usage: Mapping[str, inventory.ChipUsage]  # by chip UUID, as the scheduler counts it
+    unowned: Mapping[tuple[int, str], int]  # (physical id, template) -> vNPUs nobody holds
+    problems: tuple[ledger.Problem, ...]  # pods whose annotations could not be read
+
+
+UNKNOWN = Result((), {}, {}, ())
+
+
+def model_of(chip: backend.ChipInfo, models: catalog.Catalog) -> catalog.ChipModel | None:
+    return models.by_chip_name(chip.model or chip.chip_name, chip.aicore)
+
+
+def _container_names(pod: Json) -> list[tuple[str, bool]]:
+    """Containers in annotation order (init first), each with "is a finished init container"."""
+    spec = pod.get("spec") or {}
+    statuses = {
+        s.get("name"): s for s in (pod.get("status") or {}).get("initContainerStatuses") or []
+    }
+    names: list[tuple[str, bool]] = []
+    for container in spec.get("initContainers") or []:
+        name = str(container.get("name", ""))
+        sidecar = container.get("restartPolicy") == "Always"
+        finished = bool(((statuses.get(name) or {}).get("state") or {}).get("terminated"))
+        names.append((name, finished and not sidecar))
+    names += [(str(c.get("name", "")), False) for c in spec.get("containers") or []]
+    return names
+
+
+def _template_at(infos: Sequence[protocol.RuntimeInfo], position: int, uuid: str) -> str | None:
+    """Runtime infos list one element per device in order; fall back to the UUID."""
+    if position < len(infos) and infos[position].uuid == uuid:
+        return infos[position].template
+    return next((info.template for info in infos if info.uuid == uuid), None)
+
+
+def pod_allocations(
+    pod: Json, models: catalog.Catalog, chips: Mapping[str, backend.ChipInfo]
+) -> list[Allocation]:
+    """The allocations of one pod from its annotations; raises errors.ProtocolError."""
+    meta = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    soft = annotations.get(protocol.VNPU_MODE_KEY) == protocol.SOFT_MODE_VALUE
+    names = _container_names(pod)
+    found: list[Allocation] = []
+    for model in models:
+        key = protocol.allocated_key(model.common_word)
+        raw = annotations.get(key)
+        if not raw:
+            continue
+        runtime_key = protocol.runtime_key(model.common_word)
+        runtime = annotations.get(runtime_key)
+        infos = protocol.decode_runtime(runtime_key, runtime) if runtime else ()
+        position = 0
+        for number, devices in enumerate(protocol.decode_devices(key, raw)):
+            name, finished = names[number] if number < len(names) else (f"#{number}", False)
+            owner = Owner(str(meta.get("namespace", "")), str(meta.get("name", "")), name)
+            for entry in devices:
+                template = _template_at(infos, position, entry.uuid)
+                position += 1
+                if not finished:
+                    found.append(_allocation(owner, model, entry, template, soft, chips))
+    return found
+
+
+def _allocation(
+    owner: Owner,
+    model: catalog.ChipModel,
+    entry: protocol.DeviceEntry,
+    template: str | None,
+    soft: bool,
+    chips: Mapping[str, backend.ChipInfo],
+) -> Allocation:
+    chip = chips.get(entry.uuid)
+    phy = chip.phy_id if chip else None
+    cores = chip.aicore if chip else model.aicore
+    held = ledger.entry_usage(model, entry, template, soft)
+    if soft:
+        share = 100 if held.exclusive and entry.cores == 0 else min(entry.cores, 100)
+        return Allocation(
+            owner,
+            entry.uuid,
+            phy,
+            model,
+            Kind.SOFT,
+            "",
+            entry.memory_mib,
+            cores * share / 100,
+            cores,
+        )
+    if held.exclusive:
+        memory = chip.memory_mib if chip else model.memory_capacity_mib
+        return Allocation(owner, entry.uuid, phy, model, Kind.WHOLE, "", memory, cores, cores)
+    name = held.templates[0] if held.templates else (template or "")
+    return Allocation(
+        owner,
+        entry.uuid,
+        phy,
+        model,
+        Kind.VNPU,
+        name,
+        held.memory_mib,
+        held.aicore,
+        cores,
+        None,
+        How.MISSING,
+    )
+
+
+def _huawei_phy(device_id: str) -> int | None:
+    """The physical id of a Huawei-style device id (``Ascend910-3``), else None."""
+    prefix, sep, number = device_id.rpartition("-")
+    if sep and prefix.startswith("Ascend") and number.isdigit() and "-" not in prefix:
+        return int(number)
+    return None
+
+
+def _kubelet_allocations(
+    devices: Iterable[podresources.ContainerDevices],
+    annotated: set[tuple[str, str]],
+    by_phy: Mapping[int, backend.ChipInfo],
+    models: catalog.Catalog,
+) -> list[Allocation]:
+    found: list[Allocation] = []
+    for item in devices:
+        if (item.namespace, item.pod) in annotated:
+            continue
+        for device_id in item.device_ids:
+            phy = _huawei_phy(device_id)
+            chip = by_phy.get(phy) if phy is not None else None
+            model = model_of(chip, models) if chip else None
+            if chip is None or model is None:
+                continue
+            owner = Owner(item.namespace, item.pod, item.container)
+            found.append(
+                Allocation(
+                    owner,
+                    chip.uuid,
+                    chip.phy_id,
+                    model,
+                    Kind.WHOLE,
+                    "",
+                    chip.memory_mib,
+                    chip.aicore,
+                    chip.aicore,
+                )
+            )
+    return found
+
+
+def _match_vnpus(
+    allocations: list[Allocation],
+    vnpus: Mapping[int, tuple[backend.VnpuInfo, ...]],
+    owners: Sequence[ownership.Record],
+) -> tuple[list[Allocation], dict[tuple[int, str], int]]:
+    """Tie hard-vNPU allocations to driver vNPUs; count the vNPUs nobody accounts for."""
+    existing = {(v.phy_id, v.vnpu_id): v for listed in vnpus.values() for v in listed}
+    by_owner = {
+        (r.chip, r.template, Owner(r.namespace, r.pod, r.container)): r.vnpu_id for r in owners
+    }
+    taken: set[tuple[int, int]] = set()
+    matched: list[Allocation] = []
+    waiting: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for index, item in enumerate(allocations):
+        if item.kind is not Kind.VNPU or item.phy is None or item.phy not in vnpus:
+            unknown = item.kind is Kind.VNPU
+            matched.append(replace(item, attribution=How.UNKNOWN) if unknown else item)
+            continue
+        vnpu_id = by_owner.get((item.phy, item.template, item.owner))
+        found = existing.get((item.phy, vnpu_id)) if vnpu_id is not None else None
+        if found is not None and found.template == item.template:
+            taken.add((item.phy, found.vnpu_id))
+            matched.append(replace(item, vnpu_id=found.vnpu_id, attribution=How.LEDGER))
+        else:
+            matched.append(item)
+            waiting[(item.phy, item.template)].append(index)
+    free: dict[tuple[int, str], list[backend.VnpuInfo]] = defaultdict(list)
+    for ident, vnpu in existing.items():
+        if ident not in taken:
+            free[(vnpu.phy_id, vnpu.template)].append(vnpu)
+    for key, indexes in waiting.items():
+        candidates = free.get(key, [])
+        in_use = [v for v in candidates if v.container_used]
+        if not candidates:
+            how, chosen = How.MISSING, None
+        elif len(indexes) == 1 and len(candidates) == 1:
+            how, chosen = How.UNIQUE, candidates[0]
+        elif len(indexes) == 1 and len(in_use) == 1:
+            how, chosen = How.UNIQUE, in_use[0]
+        else:
+            how, chosen = How.AMBIGUOUS, None
+        for index in indexes:
+            vnpu_id = chosen.vnpu_id if chosen is not None else None
+            matched[index] = replace(matched[index], vnpu_id=vnpu_id, attribution=how)
+    held = Counter(
+        (a.phy, a.template) for a in allocations if a.kind is Kind.VNPU and a.phy is not None
+    )
+    present = Counter((v.phy_id, v.template) for v in existing.values())
+    unowned = {key: max(0, count - held.get(key, 0)) for key, count in present.items()}
+    return matched, unowned
+
+
+def attribute(
+    node: str,
+    chips: Sequence[backend.ChipInfo],
+    vnpus: Mapping[int, tuple[backend.VnpuInfo, ...]],
+    pods: Sequence[Json] | None,
+    devices: Sequence[podresources.ContainerDevices] | None,
+    owners: Sequence[ownership.Record] = (),
+    models: catalog.Catalog = catalog.BUILTIN,
+) -> Result:
+    """Everything held on ``node``'s chips; ``UNKNOWN`` when the pods are unknown."""
+    if pods is None:
+        return UNKNOWN
+    by_uuid = {c.uuid: c for c in chips}
+    by_phy = {c.phy_id: c for c in chips}
+    counted = ledger.node_usage(pods, node, models)
+    broken = {p.pod for p in counted.problems}
+    allocations: list[Allocation] = []
+    annotated: set[tuple[str, str]] = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if not ledger.holds_devices(pod, node) or "/".join(ident) in broken:
+            continue
+        try:
+            found = pod_allocations(pod, models, by_uuid)
+        except errors.ProtocolError:
+            continue  # already listed in counted.problems
+        if found:
+            annotated.add(ident)
+            allocations += found
+    usage = dict(counted.usage)
+    for item in _kubelet_allocations(devices or (), annotated, by_phy, models):
+        allocations.append(item)
+        usage[item.chip_uuid] = usage.get(item.chip_uuid, inventory.IDLE).plus(
+            inventory.ChipUsage(memory_mib=item.memory_mib, exclusive=True)
+        )
+    matched, unowned = _match_vnpus(allocations, vnpus, owners)
+    return Result(tuple(matched), usage, unowned, counted.problems)

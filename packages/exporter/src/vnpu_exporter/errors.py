@@ -1,0 +1,74 @@
+"""Errors of the exporter, and which of them a later refresh can fix.
+
+The NPU access layer raises its own ``vnpu_device_plugin.npu.errors.NpuError`` family; the
+exporter's sources translate everything else at their boundary into these::
+
+    ExporterError
+    ├── SettingsError       a flag, environment value or kubeconfig is invalid (field, value)
+    └── SourceError         a data source failed (source, problem); retryable
+        ├── ApiError        the Kubernetes API refused or did not answer (status, reason)
+        ├── PodResourcesError  the kubelet's PodResources socket failed (code)
+        └── LedgerError     the device plugin's ownership ledger is unreadable (path)
+
+``sampler`` counts every failed read in ``vnpu_exporter_read_errors_total`` and leaves its
+values out of the next scrapes; nothing here stops the service once it runs. Only
+``SettingsError`` ends it, at start, with exit status 2.
+"""
+
+from __future__ import annotations
+
+
+class ExporterError(Exception):
+    """Base of every error raised by vnpu-exporter."""
+
+    retryable = False
+
+
+class SettingsError(ExporterError):
+    """``field`` holds ``value``, which cannot work: ``problem`` says why."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{field}: {problem} (got {shown})")
+
+
+class SourceError(ExporterError):
+    """Reading ``source`` failed; the next refresh tries again."""
+
+    retryable = True
+
+    def __init__(self, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")
+
+
+class ApiError(SourceError):
+    """The Kubernetes API answered ``status`` (0 when it did not answer) with ``reason``."""
+
+    def __init__(self, status: int, reason: str, problem: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__("kubernetes", f"{status} {reason}: {problem}")
+
+
+class PodResourcesError(SourceError):
+    """The kubelet's PodResources ``List`` failed with gRPC status ``code``."""
+
+    def __init__(self, socket: str, code: str, problem: str) -> None:
+        self.socket = socket
+        self.code = code
+        super().__init__(f"pod-resources {socket}", f"{code}: {problem}")
+
+
+class LedgerError(SourceError):
+    """The device plugin's ownership ledger at ``path`` cannot be read."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"ownership ledger {path}", problem)
