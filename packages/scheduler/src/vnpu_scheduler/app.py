@@ -67,6 +67,7 @@ class Service:
     ) -> None:
         self.settings = config
         self.api = api
+        self.warm = False  # every node's state computed once after the first list
         self.stats = metrics.Metrics(registry)
         timeout = timedelta(seconds=config.handshake_timeout)
         self.config = configsource.ConfigSource(config.device_config, self.stats)
@@ -136,12 +137,13 @@ class Service:
 
     def readiness(self) -> tuple[bool, Json]:
         status = self.config.status
-        ready = self.cache.synced and status.loaded
+        ready = self.cache.synced and self.warm and status.loaded
         return ready, {
             "ready": ready,
             "cache": {
                 "nodes_synced": self.cache.nodes_synced.is_set(),
                 "pods_synced": self.cache.pods_synced.is_set(),
+                "states_computed": self.warm,
             },
             "device_config": {
                 "source": status.source,
@@ -168,6 +170,7 @@ class Service:
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)  # a filter allocates in bursts; collect less often
+        self.warm = True
         log.info("cache_frozen", objects=gc.get_freeze_count())
 
     @contextlib.asynccontextmanager
