@@ -12,18 +12,24 @@ them back, wait for a condition.
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import grpc
 import kubernetes
 import pytest
 import yaml
@@ -31,6 +37,7 @@ import yaml
 from vnpu_core import coordination, protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc
 from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
@@ -228,6 +235,128 @@ class Cluster:
         ]
 
 
+@dataclass
+class Fault:
+    """Answer ``status`` to the next ``times`` requests matching ``method`` and ``path``.
+
+    With ``after`` the request still reaches the API and only the answer is replaced, as
+    when a reply is lost on the way back.
+    """
+
+    method: str
+    path: str  # a regular expression searched in the request path
+    status: int
+    times: int = 1
+    after: bool = False
+    hits: int = 0
+
+
+class FaultProxy:
+    """An HTTP proxy on loopback in front of the API emulator that injects error answers."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                fault = proxy._match(self.command, self.path)
+                if fault is not None and not fault.after:
+                    self._fail(fault.status)
+                    return
+                status, headers, data = proxy._forward(self.command, self.path, self.headers, body)
+                if fault is not None:
+                    self._fail(fault.status)
+                    return
+                proxy.requests.append((self.command, self.path, status))
+                self.send_response(status)
+                for key, value in headers:
+                    if key.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _fail(self, status: int) -> None:
+                proxy.requests.append((self.command, self.path, status))
+                reason = {409: "Conflict", 500: "InternalError", 503: "ServiceUnavailable"}.get(
+                    status, "Failure"
+                )
+                data = json.dumps(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "message": f"injected {status}",
+                        "reason": reason,
+                        "code": status,
+                    }
+                ).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def inject(
+        self, method: str, path: str, status: int, times: int = 1, after: bool = False
+    ) -> Fault:
+        fault = Fault(method, path, status, times, after)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def _match(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if (
+                    fault.hits < fault.times
+                    and fault.method == method
+                    and re.search(fault.path, path)
+                ):
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def _forward(
+        self, method: str, path: str, headers: Any, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        connection = http.client.HTTPConnection(
+            self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=30
+        )
+        try:
+            forwarded = {
+                k: v for k, v in headers.items() if k.lower() not in ("host", "connection")
+            }
+            connection.request(method, path, body=body or None, headers=forwarded)
+            response = connection.getresponse()
+            return response.status, response.getheaders(), response.read()
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 def write_node(
     sim_dir: Path, chip: str = "310P3", chips: int = 4, server: str | None = None, **extra: Any
 ) -> Path:
@@ -248,8 +377,37 @@ class Node:
     url: str
     kubeconfig: Path
     api: Cluster
+    channels: list[grpc.Channel] = field(default_factory=list)
     kubelet: kubelet.Kubelet | None = None
     plugin: plugin.Plugin | None = None
+    proxy: FaultProxy | None = None
+
+    def through_proxy(self) -> FaultProxy:
+        """From now on the plugin reaches the API through a fault-injecting proxy."""
+        self.proxy = FaultProxy(self.url)
+        self.kubeconfig = harness.write_kubeconfig(self.root / "kubeconfig-proxy", self.proxy.url)
+        return self.proxy
+
+    def stub(self) -> api_pb2_grpc.DevicePluginStub:
+        """A client of the plugin's own socket (as kubelet dials it)."""
+        channel = grpc.insecure_channel(f"unix://{self.plugin_dir / 'vnpu-Ascend310P.sock'}")
+        self.channels.append(channel)
+        return api_pb2_grpc.DevicePluginStub(channel)
+
+    def sim(self) -> sim_backend.SimBackend:
+        return sim_backend.SimBackend(self.sim_dir)
+
+    def vnpus(self) -> list[tuple[int, int, str]]:
+        """Every vNPU of the simulated node: (chip, vNPU id, template)."""
+        sim = self.sim()
+        return [(v.phy_id, v.vnpu_id, v.template) for c in sim.chips() for v in sim.vnpus(c.phy_id)]
+
+    def ledger(self) -> list[Json]:
+        path = self.state_dir / "ledger.json"
+        if not path.exists():
+            return []
+        records: list[Json] = json.loads(path.read_text(encoding="utf-8"))["records"]
+        return records
 
     @property
     def sim_dir(self) -> Path:
@@ -354,6 +512,10 @@ def node(root: Path, api_url: str) -> Iterator[Node]:
     test_node.stop_plugin()
     if test_node.kubelet is not None:
         test_node.kubelet.stop()
+    for channel in test_node.channels:
+        channel.close()
+    if test_node.proxy is not None:
+        test_node.proxy.close()
     cluster.close()
 
 
@@ -434,6 +596,7 @@ class Kit:
     """Helpers tests reach through the ``kit`` fixture (test modules cannot import conftest)."""
 
     Grant = Grant
+    FaultProxy = FaultProxy
     PluginProcess = PluginProcess
     wait_for = staticmethod(wait_for)
     write_node = staticmethod(write_node)

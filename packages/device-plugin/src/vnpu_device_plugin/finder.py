@@ -10,15 +10,23 @@ another's chips (HAMi #15, #781, #3076, #3096). The rule, in order:
 2. **Steered match.** Otherwise, among the pods bound to this node in bind-phase
    ``allocating`` with containers left to serve (a bare Volcano lock names nobody): those
    whose next container needs that many devices *on the chips of kubelet's ids*.
-   ``GetPreferredAllocation`` steered kubelet to those chips, so this is a strong match;
-   the oldest-created such pod wins (kubelet admits pods in creation order).
-3. **Count match.** Failing that, and only when no lock owner is waiting, the
-   oldest-created pod whose next container needs that many devices.
+   ``GetPreferredAllocation`` steered kubelet to those chips, so this is a strong match.
+3. **Count match.** Failing that, and only when no lock owner is waiting, a pod whose
+   next container needs that many devices.
+
+Among several matches the first in kubelet's admission order wins (``admission_order``):
+a pod already partly served (kubelet admits one pod at a time, container by container),
+then binding order (the order pods reach kubelet), then creation time (how kubelet sorts
+pods that reach it together). HAMi takes the first pod in API list order. Creation order
+alone would be wrong for pods bound apart, which kubelet admits in the order they were
+bound; so binding order comes first and creation only breaks ties.
 
 A pod whose annotations cannot be read is only named when it is certain (the lock owner,
 or the only pod waiting); then Allocate fails that pod with the annotation's key. When
 nothing matches, the finder reads the API again until ``wait`` seconds have passed (the
 Binding may not be visible yet), then raises ``errors.PodNotIdentified`` with what it saw.
+Without an owner lock two waiting pods with the same device count are told apart only by
+this order: a node shared by schedulers that do not lock can still be served wrongly.
 ``allocations`` calls ``find`` for Allocate and ``guess`` for GetPreferredAllocation.
 """
 
@@ -72,13 +80,35 @@ class _Candidate:
         return (meta.get("namespace"), meta.get("name"))
 
     @property
-    def order(self) -> tuple[str, str, str]:
-        meta = self.pod.get("metadata") or {}
-        return (
-            str(meta.get("creationTimestamp", "")),
-            str(meta.get("namespace", "")),
-            str(meta.get("name", "")),
-        )
+    def order(self) -> tuple[bool, int, int, str, str, str]:
+        """Kubelet's admission order, as well as the pod shows it (see ``admission_order``)."""
+        return admission_order(self.pod, self.plan is not None and self.plan.started)
+
+
+_LAST = 2**63
+
+
+def admission_order(pod: Mapping[str, Any], started: bool) -> tuple[bool, int, int, str, str, str]:
+    """The order kubelet admits waiting pods in, as far as the API can tell.
+
+    A pod some of whose containers were served already comes first: kubelet admits one
+    pod at a time, container by container. Then the order pods reached kubelet, which is
+    the order they were bound (``hami.io/bind-time``, then the Binding's resourceVersion:
+    a waiting pod is not written after its Binding); kubelet sorts only pods that reach
+    it together by creation time, which comes next, then the name.
+    """
+    meta = pod.get("metadata") or {}
+    notes: Mapping[str, str] = meta.get("annotations") or {}
+    bound = notes.get(protocol.BIND_TIME_KEY, "")
+    version = str(meta.get("resourceVersion", ""))
+    return (
+        not started,
+        int(bound) if bound.isdigit() else _LAST,
+        int(version) if version.isdigit() else _LAST,
+        str(meta.get("creationTimestamp", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+    )
 
 
 def _waiting_here(pod: Mapping[str, Any], node: str, word: str) -> bool:

@@ -58,6 +58,7 @@ class PodPlan:
     soft: bool  # the pod asked for hami-vnpu-core soft slices
     to_allocate: str  # the annotation's current value
     pending: tuple[ContainerPlan, ...]
+    started: bool = False  # some of its containers were served already (kubelet is admitting it)
 
     @property
     def who(self) -> str:
@@ -182,6 +183,7 @@ def read(pod: Mapping[str, Any], inventory: devices.Inventory) -> PodPlan:
         soft,
         value,
         tuple(pending),
+        started=sum(1 for e in layout if e) > len(pending),
     )
 
 
