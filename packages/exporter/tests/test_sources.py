@@ -1,0 +1,240 @@
+"""The sources over real transports: the API emulator over HTTP, PodResources over a unix socket,
+and the device plugin's ledger file."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import kubernetes
+import pytest
+
+from vnpu_exporter import errors, metrics, ownership, podresources, pods
+from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from vnpu_sandbox.apiserver import harness
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[Path, kubernetes.client.CoreV1Api]]:
+    with harness.serve() as url:
+        config = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
+        client = kubernetes.config.new_client_from_config(config_file=str(config))
+        try:
+            yield config, kubernetes.client.CoreV1Api(client)
+        finally:
+            client.close()
+
+
+def _pod(name: str, node: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "app"}]},
+    }
+
+
+def test_kube_pods_lists_the_pods_bound_to_the_node(api: Any) -> None:
+    config, core = api
+    core.create_namespaced_pod(
+        "default",
+        _pod("here", "n1", {"hami.io/Ascend310P-devices-allocated": "U,Ascend310P,3072,0:;"}),
+    )
+    core.create_namespaced_pod("default", _pod("there", "n2"))
+    core.create_namespace({"metadata": {"name": "ml"}})
+    core.create_namespaced_pod("ml", _pod("also-here", "n1"))
+    source = pods.KubePods.connect(config)
+    try:
+        found = source.list("n1")
+    finally:
+        source.close()
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in found) == [
+        ("default", "here"),
+        ("ml", "also-here"),
+    ]
+    here = next(p for p in found if p["metadata"]["name"] == "here")
+    # plain JSON as the API sends it (camelCase), which vnpu_core.ledger reads
+    assert here["spec"]["nodeName"] == "n1"
+    assert (
+        here["metadata"]["annotations"]["hami.io/Ascend310P-devices-allocated"]
+        == "U,Ascend310P,3072,0:;"
+    )
+
+
+def test_kube_pods_reports_an_unreachable_api_as_api_error(tmp_path: Path) -> None:
+    config = harness.write_kubeconfig(
+        tmp_path / "kubeconfig", "http://127.0.0.1:9"
+    )  # discard port: nothing listens
+    source = pods.KubePods.connect(config, timeout=2)
+    with pytest.raises(errors.ApiError) as caught:
+        source.list("n1")
+    assert caught.value.status == 0
+    assert "list pods on node n1" in str(caught.value)
+    assert caught.value.retryable
+
+
+def test_a_bad_kubeconfig_is_a_settings_error(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    with pytest.raises(errors.SettingsError) as caught:
+        pods.KubePods.connect(broken)
+    assert caught.value.field == "kubeconfig"
+    assert caught.value.value == str(broken)
+
+
+class _Kubelet(api_pb2_grpc.PodResourcesListerServicer):
+    """A kubelet's PodResources answer, or a failure."""
+
+    def __init__(self) -> None:
+        self.answer = api_pb2.ListPodResourcesResponse()
+        self.fail: grpc.StatusCode | None = None
+
+    def List(
+        self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> api_pb2.ListPodResourcesResponse:
+        if self.fail is not None:
+            context.abort(self.fail, "kubelet says no")
+        return self.answer
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[tuple[Path, _Kubelet]]:
+    socket_path = tmp_path / "pod-resources" / "kubelet.sock"
+    socket_path.parent.mkdir()
+    servicer = _Kubelet()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    try:
+        yield socket_path, servicer
+    finally:
+        server.stop(None).wait()
+
+
+def test_pod_resources_keeps_huawei_devices_per_container(kubelet: Any) -> None:
+    socket_path, servicer = kubelet
+    devices = [
+        api_pb2.ContainerDevices(resource_name="huawei.com/Ascend310P", device_ids=["U1-0"]),
+        api_pb2.ContainerDevices(resource_name="huawei.com/Ascend310P", device_ids=["U2-3"]),
+        api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=["GPU-1"]),
+    ]
+    servicer.answer = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name="job",
+                namespace="ml",
+                containers=[
+                    api_pb2.ContainerResources(name="main", devices=devices),
+                    api_pb2.ContainerResources(name="side"),
+                ],
+            ),
+        ]
+    )
+    client = podresources.PodResourcesClient(socket_path, timeout=5)
+    try:
+        found = client.list()
+    finally:
+        client.close()
+    assert found == (
+        podresources.ContainerDevices(
+            "ml", "job", "main", "huawei.com/Ascend310P", ("U1-0", "U2-3")
+        ),
+    )
+
+
+def test_pod_resources_failures_name_the_socket_and_code(kubelet: Any, tmp_path: Path) -> None:
+    socket_path, servicer = kubelet
+    servicer.fail = grpc.StatusCode.UNAVAILABLE
+    client = podresources.PodResourcesClient(socket_path, timeout=5)
+    with pytest.raises(errors.PodResourcesError) as caught:
+        client.list()
+    client.close()
+    assert caught.value.code == "UNAVAILABLE"
+    assert str(socket_path) in str(caught.value)
+    missing = podresources.PodResourcesClient(tmp_path / "nowhere.sock", timeout=1)
+    with pytest.raises(errors.PodResourcesError) as caught:
+        missing.list()
+    missing.close()
+    assert caught.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def _record(**overrides: Any) -> dict[str, Any]:
+    record = {
+        "pod_uid": "u1", "namespace": "ml", "pod": "job", "container": "main", "init": False,
+        "chip": 0, "chip_uuid": "U0", "vnpu_id": 100, "template": "vir02", "state": "owned", "created_at": 1.5,
+    }  # fmt: skip
+    record.update(overrides)
+    return record
+
+
+def test_ledger_file_reads_the_device_plugins_records(tmp_path: Path) -> None:
+    document = {
+        "format": ownership.FORMAT,
+        "records": [_record(), _record(vnpu_id=101, state="intent"), _record(chip="zero"), "junk"],
+    }
+    (tmp_path / ownership.FILE).write_text(json.dumps(document))
+    ledger = ownership.LedgerFile(tmp_path).read()
+    assert ledger.records == (
+        ownership.Record("ml", "job", "main", 0, 100, "vir02"),
+        ownership.Record("ml", "job", "main", 0, 101, "vir02"),
+    )
+    assert ledger.skipped == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not JSON"),
+        (json.dumps({"format": "other/v9", "records": []}), "format is 'other/v9'"),
+        (json.dumps({"format": ownership.FORMAT, "records": {}}), "records is not a list"),
+        (json.dumps([1, 2]), "format is 'list'"),
+    ],
+)
+def test_an_unusable_ledger_is_a_ledger_error(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / ownership.FILE).write_text(text)
+    with pytest.raises(errors.LedgerError) as caught:
+        ownership.LedgerFile(tmp_path).read()
+    assert problem in str(caught.value)
+    assert caught.value.path == str(tmp_path / ownership.FILE)
+
+
+def test_a_missing_ledger_is_a_ledger_error(tmp_path: Path) -> None:
+    with pytest.raises(errors.LedgerError, match="cannot read"):
+        ownership.LedgerFile(tmp_path / "absent").read()
+
+
+def test_sampler_counts_ledger_problems(kit: Any, node310: Any, tmp_path: Path) -> None:
+    (tmp_path / ownership.FILE).write_text(
+        json.dumps({"format": ownership.FORMAT, "records": [_record(), {"bad": 1}]})
+    )
+    exp = kit.Exporter(node310, ledger=ownership.LedgerFile(tmp_path)).refresh()
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 1
+    (tmp_path / ownership.FILE).write_text("garbage")
+    exp.refresh()
+    assert exp.sampler.snapshot().ownership is None
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 2
+
+
+def test_threads_refresh_in_the_background(kit: Any, node310: Any) -> None:
+    exp = kit.Exporter(node310)
+    exp.sampler.intervals = dict.fromkeys(exp.sampler.intervals, 0.05)
+    done = threading.Event()
+    exp.sampler.start()
+    try:
+        for _ in range(100):
+            if (
+                exp.value("vnpu_exporter_refresh_duration_seconds_count", group="health") or 0
+            ) >= 3:
+                done.set()
+                break
+            threading.Event().wait(0.02)
+    finally:
+        exp.sampler.stop()
+    assert done.is_set()
+    assert exp.sampler.stuck() == []
