@@ -155,14 +155,14 @@ class Kube:
 
 
 @contextlib.contextmanager
-def emulator() -> Iterator[str]:
+def emulator(**settings: Any) -> Iterator[str]:
     """``harness.serve()`` with the listener's protocol set to TCP.
 
     ``harness.serve`` creates its listener with protocol 0, so asyncio leaves Nagle's
     algorithm on for accepted connections and each keep-alive answer waits ~40 ms for the
     client's delayed ACK. Same steps, with ``IPPROTO_TCP``.
     """
-    options = apiserver.Settings(host="127.0.0.1", port=0)
+    options = apiserver.Settings(host="127.0.0.1", port=0, **settings)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -188,8 +188,9 @@ def emulator() -> Iterator[str]:
 
 
 @pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Kube]:
-    with emulator() as url:
+def kube(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kube]:
+    """A fresh emulator; parametrize indirectly with ``server.Settings`` fields to tune it."""
+    with emulator(**getattr(request, "param", {})) as url:
         path = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
         client = kubernetes.config.new_client_from_config(str(path))
         try:

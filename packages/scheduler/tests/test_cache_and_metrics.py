@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from vnpu_core import catalog, coordination, protocol
 from vnpu_scheduler import cache
 
@@ -122,3 +124,26 @@ def test_per_chip_allocation_gauges(kube: Any, make: Any, scheduler: Any) -> Non
     assert 'vnpu_build_info{component="scheduler",version="0.1.0"} 1.0' in text
     assert 'vnpu_scheduler_nodes{state="available"} 1.0' in text
     assert "vnpu_scheduler_cache_synced 1.0" in text
+
+
+@pytest.mark.parametrize("kube", [{"event_window": 5}], indirect=True)
+def test_relists_when_the_watch_revision_expired(
+    kube: Any, make: Any, start_scheduler: Any
+) -> None:
+    """Watches end every second; with a 5-event window the next one meets 410 and re-lists."""
+    scheduler = start_scheduler(watch_timeout=1)
+    kube.add_node(make.node("n1"))
+    scheduler.wait_for(lambda: scheduler.service.cache.names() == ["n1"])
+    for i in range(12):  # other writes move the revision past the window
+        kube.core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
+    scheduler.wait_for(
+        lambda: (
+            scheduler.sample(
+                "vnpu_scheduler_watch_restarts_total", resource="nodes", cause="expired"
+            )
+            >= 1
+        ),
+        timeout=10,
+    )
+    kube.add_node(make.node("n2"))
+    scheduler.wait_for(lambda: sorted(scheduler.service.cache.names()) == ["n1", "n2"])
