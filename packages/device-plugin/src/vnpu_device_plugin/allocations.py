@@ -30,8 +30,7 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import coordination, protocol
-from vnpu_core import errors as core_errors
+from vnpu_core import protocol
 from vnpu_device_plugin import (
     cluster,
     crashpoints,
@@ -42,6 +41,7 @@ from vnpu_device_plugin import (
     ledger,
     lifecycle,
     metrics,
+    nodelock,
     podplan,
     settings,
 )
@@ -141,7 +141,7 @@ class Allocations:
             self._on_failure()
             raise
         if done:
-            self._release(plan)
+            self._release_for(plan.namespace, plan.name)
         served = Served(
             plan.who,
             tuple(c.container for c in containers),
@@ -237,39 +237,15 @@ class Allocations:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
         self._release_for(namespace, name)
 
-    def _release(self, plan: podplan.PodPlan) -> None:
-        self._release_for(plan.namespace, plan.name)
-
     def _release_for(self, namespace: str, name: str) -> None:
         """Remove the node lock if it names this pod or nobody (Volcano's bare form)."""
-        node = self._inventory.node
-        for _attempt in range(self._attempts):
-            try:
-                obj = cluster.retrying(lambda: self._api.get_node(node), self._attempts)
-                meta = obj.get("metadata") or {}
-                raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
-                if raw is None:
-                    return
-                try:
-                    lock = coordination.decode_lock(raw)
-                except core_errors.ProtocolError:
-                    log.warning("node_lock_left_unreadable", node=node, value=raw)
-                    return
-                if lock.name is not None and not lock.owned_by(namespace, name):
-                    return
-                self._api.patch_node_annotations(
-                    node, {protocol.NODE_LOCK_KEY: None}, str(meta.get("resourceVersion", ""))
-                )
-                return
-            except errors.Conflict:
-                self._stats.api_retries.inc()
-                continue
-            except errors.ApiError as exc:
-                log.error(
-                    "node_lock_not_released", node=node, pod=f"{namespace}/{name}", error=str(exc)
-                )
-                return
-        log.error("node_lock_not_released", node=node, pod=f"{namespace}/{name}", error="conflicts")
+        nodelock.release(
+            self._api,
+            self._inventory.node,
+            nodelock.owned_by_or_bare(namespace, name),
+            attempts=self._attempts,
+            stats=self._stats,
+        )
 
     # -- GetPreferredAllocation --------------------------------------------------------
 

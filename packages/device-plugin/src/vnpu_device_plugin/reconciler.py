@@ -31,10 +31,19 @@ from typing import Any
 
 import structlog
 
+from vnpu_core import coordination, protocol
 from vnpu_core import errors as core_errors
 from vnpu_core import ledger as core_ledger
-from vnpu_core import protocol
-from vnpu_device_plugin import cluster, devices, environment, errors, ledger, lifecycle, metrics
+from vnpu_device_plugin import (
+    cluster,
+    devices,
+    environment,
+    errors,
+    ledger,
+    lifecycle,
+    metrics,
+    nodelock,
+)
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu import errors as npu_errors
 
@@ -115,6 +124,7 @@ class Reconciler:
                 self._reclaim_unowned(driver, held, report)
                 self._clean_soft_dirs(pods)
                 self.busy = frozenset(self._busy_chips(held))
+                self._release_stale_lock()
             self._stats.vnpus_owned.set(len({r.vnpu for r in self._book.records()}))
         if report.reclaimed or report.dropped or report.recovered:
             log.info(
@@ -292,6 +302,30 @@ class Reconciler:
             return {c.phy_id for c in self._inventory.chips}
         uuids = {device.uuid for _uid, device in held}
         return {c.phy_id for c in self._inventory.chips if c.uuid in uuids}
+
+    def _release_stale_lock(self) -> None:
+        """Remove a lock whose owner no longer needs it: gone, finished, or served here."""
+
+        def stale(lock: coordination.NodeLock) -> bool:
+            if lock.namespace is None or lock.name is None:
+                return False  # Volcano's: it names nobody, so nothing says it is stale
+            namespace, name = lock.namespace, lock.name
+            try:
+                pod = cluster.retrying(lambda: self._api.get_pod(namespace, name), 2)
+            except errors.NotFound:
+                return True
+            if (pod.get("status") or {}).get("phase") in core_ledger.FINISHED_PHASES:
+                return True
+            phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+                protocol.BIND_PHASE_KEY
+            )
+            bound_here = (pod.get("spec") or {}).get("nodeName") == self._inventory.node
+            return bound_here and phase in ("success", "failed")
+
+        try:
+            nodelock.release(self._api, self._inventory.node, stale, attempts=2, stats=self._stats)
+        except errors.ApiError as exc:
+            log.warning("stale_lock_not_checked", error=str(exc))
 
     def poke(self) -> None:
         """Run a pass soon (an Allocate failed and may have left vNPUs to reclaim)."""
