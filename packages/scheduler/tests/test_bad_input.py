@@ -124,3 +124,34 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
         },
     )
     assert answer.json() == {"Error": ""}
+
+
+def test_not_ready_until_the_cluster_is_listed(tmp_path: Any) -> None:
+    """An API server that cannot be reached: probes say so, filter answers Error, nothing hangs."""
+    import httpx
+    import prometheus_client
+
+    from vnpu_sandbox.apiserver import harness
+    from vnpu_scheduler import app, cluster, server, settings
+
+    closed = harness.write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    config = settings.Settings(kubeconfig=closed, host="127.0.0.1", port=0, api_timeout=1)
+    api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout)
+    registry = prometheus_client.CollectorRegistry()
+    application = app.build(config, api, registry)
+    try:
+        with server.running(application, config) as urls, httpx.Client() as client:
+            assert client.get(f"{urls[0]}/healthz").text == "ok"
+            ready = client.get(f"{urls[0]}/readyz")
+            assert ready.status_code == 503
+            assert ready.json()["cache"]["nodes_synced"] is False
+            pod = {"metadata": {"name": "p"}, "spec": {"containers": []}}
+            answer = client.post(f"{urls[0]}/filter", json={"Pod": pod, "NodeNames": ["n1"]})
+            assert answer.json()["Error"] == "vnpu-scheduler has not listed the cluster yet; retry"
+    finally:
+        api.close()
+    restarts = registry.get_sample_value(
+        "vnpu_scheduler_watch_restarts_total", {"resource": "nodes", "cause": "error"}
+    )
+    assert restarts is not None
+    assert restarts >= 1

@@ -2,10 +2,12 @@
 
 ``informer`` feeds it nodes and pods from list+watch (in its threads); ``extender`` and
 ``binder`` read ``NodeState`` snapshots from the event loop; ``metrics`` reads all states on
-a scrape. A node's state (``nodes.read_node`` plus ``ledger.node_usage`` over the pods bound
+a scrape. A node's state (``nodes.read_node`` plus the ledger's usage over the pods bound
 to it) is computed on first use and kept until the node, a pod bound to it or the catalog
-changes, or until a device plugin's handshake could turn stale. Only pods that carry a
-``-devices-allocated`` annotation are kept: no other pod holds chips.
+changes, or until a device plugin's handshake could turn stale. Within that, the inventory
+is re-read only when the annotations and allocatable it comes from change (not for a lock
+or a status update), and each pod's usage is decoded once per revision. Only pods that
+carry a ``-devices-allocated`` annotation are kept: no other pod holds chips.
 
 After a successful bind, ``assume`` puts the bound copy of the pod in at once, so the next
 filter counts its chips before the watch delivers the update. Everything is guarded by one
