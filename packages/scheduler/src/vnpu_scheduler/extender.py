@@ -67,12 +67,28 @@ def request_key(pod: requests.PodRequest, policy: requests.Policy) -> tuple[Any,
     return (policy, pod.soft, pod.chip_policy, pod.node_policy, shapes, lists)
 
 
+class MemoKey:
+    """A ``request_key`` with its hash computed once: one filter looks it up on every node."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, MemoKey) and self.value == other.value)
+
+
 def judge(
     state: cache.NodeState | None,
     name: str,
     pod: requests.PodRequest,
     policy: requests.Policy,
-    key: tuple[Any, ...] | None = None,
+    key: MemoKey | None = None,
 ) -> Verdict:
     """Whether ``pod`` fits the node in ``state``; ``key`` (``request_key``) enables the memo."""
     if state is None:
@@ -123,10 +139,20 @@ class Extender:
     ) -> None:
         self._busy = busy
         self._recent: collections.OrderedDict[tuple[str, str], Json] = collections.OrderedDict()
+        self._keys: dict[tuple[Any, ...], MemoKey] = {}
         self._cache = nodes
         self._policy = policy
         self._stats = stats
         self._memo = memo
+
+    def _key(self, value: tuple[Any, ...]) -> MemoKey:
+        """The one ``MemoKey`` object per request shape, so memo lookups compare by identity."""
+        key = self._keys.get(value)
+        if key is None:
+            if len(self._keys) >= cache.MEMO_LIMIT:
+                self._keys.clear()
+            key = self._keys[value] = MemoKey(value)
+        return key
 
     def recent(self, namespace: str, name: str) -> Json | None:
         """The pod as kube-scheduler last sent it to this replica (for the bind that follows)."""
@@ -153,7 +179,7 @@ class Extender:
             return dict.fromkeys(names, (refused, None))
         if not pod.wants_npu:
             return None
-        key = request_key(pod, self._policy) if self._memo else None
+        key = self._key(request_key(pod, self._policy)) if self._memo else None
         states: Mapping[str, cache.NodeState | None]
         if args.Nodes is not None:
             states = {
