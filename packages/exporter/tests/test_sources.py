@@ -14,7 +14,7 @@ import grpc
 import kubernetes
 import pytest
 
-from vnpu_exporter import errors, metrics, ownership, podresources, pods
+from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from vnpu_sandbox.apiserver import harness
 
@@ -103,7 +103,7 @@ class _Kubelet(api_pb2_grpc.PodResourcesListerServicer):
 
 
 @pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[tuple[Path, _Kubelet]]:
+def fake_kubelet(tmp_path: Path) -> Iterator[tuple[Path, _Kubelet]]:
     socket_path = tmp_path / "pod-resources" / "kubelet.sock"
     socket_path.parent.mkdir()
     servicer = _Kubelet()
@@ -117,8 +117,8 @@ def kubelet(tmp_path: Path) -> Iterator[tuple[Path, _Kubelet]]:
         server.stop(None).wait()
 
 
-def test_pod_resources_keeps_huawei_devices_per_container(kubelet: Any) -> None:
-    socket_path, servicer = kubelet
+def test_pod_resources_keeps_huawei_devices_per_container(fake_kubelet: Any) -> None:
+    socket_path, servicer = fake_kubelet
     devices = [
         api_pb2.ContainerDevices(resource_name="huawei.com/Ascend310P", device_ids=["U1-0"]),
         api_pb2.ContainerDevices(resource_name="huawei.com/Ascend310P", device_ids=["U2-3"]),
@@ -136,7 +136,7 @@ def test_pod_resources_keeps_huawei_devices_per_container(kubelet: Any) -> None:
             ),
         ]
     )
-    client = podresources.PodResourcesClient(socket_path, timeout=5)
+    client = kubelet.PodResourcesClient(socket_path, timeout=5)
     try:
         found = client.list()
     finally:
@@ -148,16 +148,16 @@ def test_pod_resources_keeps_huawei_devices_per_container(kubelet: Any) -> None:
     )
 
 
-def test_pod_resources_failures_name_the_socket_and_code(kubelet: Any, tmp_path: Path) -> None:
-    socket_path, servicer = kubelet
+def test_pod_resources_failures_name_the_socket_and_code(fake_kubelet: Any, tmp_path: Path) -> None:
+    socket_path, servicer = fake_kubelet
     servicer.fail = grpc.StatusCode.UNAVAILABLE
-    client = podresources.PodResourcesClient(socket_path, timeout=5)
+    client = kubelet.PodResourcesClient(socket_path, timeout=5)
     with pytest.raises(errors.PodResourcesError) as caught:
         client.list()
     client.close()
     assert caught.value.code == "UNAVAILABLE"
     assert str(socket_path) in str(caught.value)
-    missing = podresources.PodResourcesClient(tmp_path / "nowhere.sock", timeout=1)
+    missing = kubelet.PodResourcesClient(tmp_path / "nowhere.sock", timeout=1)
     with pytest.raises(errors.PodResourcesError) as caught:
         missing.list()
     missing.close()

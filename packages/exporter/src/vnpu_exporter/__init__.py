@@ -2,7 +2,7 @@
 
 ``__main__`` reads ``settings`` and wires the parts: ``sampler`` refreshes readings from the
 NPU access layer (``vnpu_device_plugin.npu``), the Kubernetes API (``pods``), the kubelet
-(``podresources``) and the device plugin's ledger (``ownership``) in the background;
+(``kubelet``, read into ``podresources``) and the device plugin's ledger (``ownership``) in the background;
 ``collector`` turns one snapshot per scrape into the families of ``metrics`` (and
 ``compat``'s npu-exporter names), tying allocations to pods with ``attribution``;
 ``server`` answers ``/metrics`` and ``/healthz``. ``dashboards`` generates the Grafana

@@ -24,9 +24,9 @@ from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_exporter import (
     collector,
     errors,
+    kubelet,
     logs,
     ownership,
-    podresources,
     pods,
     sampler,
     server,
@@ -52,7 +52,7 @@ def build(
         pods.KubePods.connect(config.kubeconfig, config.api_timeout) if config.kubernetes else None
     )
     resources = (
-        podresources.PodResourcesClient(config.pod_resources_socket, config.api_timeout)
+        kubelet.PodResourcesClient(config.pod_resources_socket, config.api_timeout)
         if config.pod_resources
         else None
     )
