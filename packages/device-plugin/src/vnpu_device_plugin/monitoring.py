@@ -61,7 +61,10 @@ class MonitoringServer:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="vnpu-dp-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how soon ``stop`` is noticed
+            name="vnpu-dp-http",
+            daemon=True,
         )
         self._thread.start()
         log.info("monitoring_serving", port=self.port)

@@ -1,0 +1,469 @@
+"""Small table-driven tests of the plugin's parts that need no sockets: device ids, the node
+annotations, the pod plan, the environment contract, the ledger file and the settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vnpu_core import catalog, protocol, topology
+from vnpu_device_plugin import (
+    crashpoints,
+    devices,
+    environment,
+    errors,
+    finder,
+    ledger,
+    podplan,
+    publisher,
+    settings,
+)
+from vnpu_device_plugin.npu import backend
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+
+CW = "Ascend310P"
+
+
+def _chip(phy: int, model: str = "310P3", aicore: int = 8) -> backend.ChipInfo:
+    return backend.ChipInfo(
+        card_id=phy // 2,
+        device_id=phy % 2,
+        logic_id=phy,
+        phy_id=phy,
+        uuid=f"{phy:08X}-00000000-00000000-00000000-0000000{phy}",
+        chip_name=model,
+        chip_type="Ascend",
+        chip_version="V1",
+        model=model,
+        aicore=aicore,
+        memory_mib=24576,
+        memory_kind=backend.MemoryKind.DDR,
+        bdf=f"0000:0{phy}:00.0",
+    )
+
+
+def _inventory(chips: int = 4, soft: bool = False, model: str = "310P3") -> devices.Inventory:
+    aicore = 8 if model == "310P3" else 20
+    found = tuple(_chip(i, model, aicore) for i in range(chips))
+    return devices.build("n1", found, catalog.BUILTIN, soft=soft)
+
+
+# -- device ids and inventory --------------------------------------------------------------
+
+
+def test_device_ids_are_uuid_dash_slot_and_map_back_to_their_chip() -> None:
+    inventory = _inventory()
+    assert inventory.slots == 7
+    ids = inventory.device_ids(inventory.chips[2])
+    assert ids[0] == f"{inventory.chips[2].uuid}-0"
+    assert len(ids) == 7
+    assert all(inventory.chip_of(i) == inventory.chips[2] for i in ids)
+    assert all(len(i) <= 63 for i in ids)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "x", "FFFFFFFF-00000000-00000000-00000000-00000000-0", "{u}-7", "{u}-+1", "{u}-1 ", "{u}"],
+)
+def test_unknown_device_ids_raise_unknown_device(bad: str) -> None:
+    inventory = _inventory()
+    device = bad.format(u=inventory.chips[0].uuid)
+    with pytest.raises(errors.UnknownDevice) as caught:
+        inventory.chip_of(device)
+    assert caught.value.device_id == device
+    assert caught.value.code == "INVALID_ARGUMENT"
+
+
+def test_device_list_marks_every_id_of_an_unhealthy_chip() -> None:
+    inventory = _inventory(2)
+    listed = devices.device_list(inventory, {0: True, 1: False})
+    health = {d.ID: d.health for d in listed.devices}
+    assert {h for i, h in health.items() if i.startswith(inventory.chips[0].uuid)} == {"Healthy"}
+    assert {h for i, h in health.items() if i.startswith(inventory.chips[1].uuid)} == {"Unhealthy"}
+    assert len(listed.devices) == 14
+
+
+def test_inventory_refuses_unknown_and_mixed_models() -> None:
+    with pytest.raises(errors.SettingsError, match="matches no chip model"):
+        devices.build("n", (_chip(0, "999X"),), catalog.BUILTIN, soft=False)
+    with pytest.raises(errors.SettingsError, match="several models"):
+        devices.build("n", (_chip(0), _chip(1, "910B3", 20)), catalog.BUILTIN, soft=False)
+    with pytest.raises(errors.SettingsError, match="no chip"):
+        devices.build("n", (), catalog.BUILTIN, soft=False)
+
+
+def test_server_kind_defaults_to_the_models_usual_server() -> None:
+    assert _inventory(8, model="910B3").server is topology.ServerKind.MESH_910B_8
+    assert _inventory(4).server is topology.ServerKind.DUO_300I
+    assert _inventory(3).server is topology.ServerKind.PCIE
+
+
+# -- node annotations ------------------------------------------------------------------------
+
+
+def test_node_register_is_hamis_json_byte_for_byte() -> None:
+    inventory = _inventory(8, model="910B3")
+    values = publisher.node_annotations(
+        inventory, {i: i != 5 for i in range(8)}, datetime(2026, 8, 18, 9, 55, 36)
+    )
+    register = values["hami.io/node-register-Ascend910B3"]
+    elements = json.loads(register)
+    assert register.startswith(
+        '[{"id":"00000000-00000000-00000000-00000000-00000000","count":4,"devmem":65536,'
+        '"devcore":20,"type":"Ascend910B3","health":true,"custominfo":{"NetworkID":0}},'
+    )
+    assert (
+        '"index":5,"count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","custominfo":{"NetworkID":1}}'
+        in register
+    )
+    assert [e.get("custominfo", {}).get("NetworkID") for e in elements] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert values["hami.io/node-handshake-Ascend910B3"] == "Reported_2026.08.18 09:55:36"
+    assert values["hami-vnpu-core"] == "false"
+    assert values["vnpu.io/server"] == "910b-8"
+
+
+def test_soft_mode_registers_100_cores_and_310p_has_no_network_id() -> None:
+    values = publisher.node_annotations(_inventory(soft=True), {0: True}, datetime(2026, 1, 1))
+    chips = protocol.decode_node_register("k", values[protocol.node_register_key(CW)])
+    assert {c.devcore for c in chips} == {100}
+    assert {c.network_id for c in chips} == {None}
+    assert [c.health for c in chips] == [True, False, False, False]  # unknown health: unhealthy
+    assert values["hami-vnpu-core"] == "true"
+
+
+# -- pod plan ------------------------------------------------------------------------------
+
+
+def _pod(
+    notes: dict[str, str],
+    init: Sequence[tuple[str, int]] = (),
+    containers: Sequence[tuple[str, int]] = (("c0", 1),),
+) -> dict[str, Any]:
+    def spec(name: str, count: int) -> dict[str, Any]:
+        limits = {"huawei.com/Ascend310P": str(count)} if count else {}
+        return {"name": name, "resources": {"limits": limits}}
+
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u-1",
+            "resourceVersion": "9",
+            "annotations": notes,
+        },
+        "spec": {
+            "initContainers": [spec(n, c) for n, c in init],
+            "containers": [spec(n, c) for n, c in containers],
+        },
+    }
+
+
+def _notes(value: str, runtime: str | None = None, allocated: str | None = None) -> dict[str, str]:
+    notes = {protocol.to_allocate_key(CW): value, protocol.allocated_key(CW): allocated or value}
+    if runtime is not None:
+        notes[protocol.runtime_key(CW)] = runtime
+    return notes
+
+
+def test_plan_names_containers_in_hamis_layout_after_erasure() -> None:
+    inventory = _inventory()
+    u = [c.uuid for c in inventory.chips]
+    allocated = f"{u[0]},{CW},3072,0:;;{u[1]},{CW},21527,0:{u[2]},{CW},21527,0:;"
+    erased = f";;{u[1]},{CW},21527,0:{u[2]},{CW},21527,0:;;"  # the init entry was served
+    runtime = json.dumps([{"UUID": u[0], "temp": "vir01"}, {"UUID": u[1]}, {"UUID": u[2]}])
+    pod = _pod(
+        _notes(erased, runtime, allocated),
+        init=[("init", 1)],
+        containers=[("log", 0), ("train", 2)],
+    )
+    plan = podplan.read(pod, inventory)
+    (train,) = plan.pending
+    assert (train.index, train.container, train.init) == (2, "train", False)
+    assert [d.template for d in train.devices] == [None, None]
+    assert train.chip_uuids == tuple(sorted([u[1], u[2]]))
+    assert plan.started
+    assert (plan.uid, plan.resource_version) == ("u-1", "9")
+
+
+def test_plan_names_containers_in_volcanos_layout_and_reads_temp_by_position() -> None:
+    inventory = _inventory()
+    u = inventory.chips[0].uuid
+    value = f"{u},{CW},6144,0:;{u},{CW},12288,0:;"
+    runtime = json.dumps([{"UUID": u, "temp": "vir02"}, {"UUID": u, "temp": "vir04"}])
+    pod = _pod(_notes(value, runtime), containers=[("side", 0), ("a", 1), ("b", 1)])
+    plan = podplan.read(pod, inventory)
+    assert [(c.container, c.devices[0].template) for c in plan.pending] == [
+        ("a", "vir02"),
+        ("b", "vir04"),
+    ]
+    assert not plan.started
+
+
+@pytest.mark.parametrize(
+    ("memory", "template"),
+    [
+        (1000, "vir01"),
+        (3072, "vir01"),
+        (3073, "vir02"),
+        (12288, "vir04"),
+        (13000, None),
+        (21527, None),
+        (0, None),
+    ],
+)
+def test_a_missing_temp_is_rounded_like_hamis_trim_memory(
+    memory: int, template: str | None
+) -> None:
+    inventory = _inventory()
+    u = inventory.chips[0].uuid
+    plan = podplan.read(_pod(_notes(f"{u},{CW},{memory},0:;")), inventory)
+    assert plan.pending[0].devices[0].template == template
+
+
+@pytest.mark.parametrize(
+    ("notes", "key", "problem"),
+    [
+        (_notes("nope"), protocol.to_allocate_key(CW), "not closed"),
+        (
+            _notes("{u},Ascend910B3,1,0:;"),
+            protocol.to_allocate_key(CW),
+            "device type is not Ascend310P",
+        ),
+        (
+            _notes("ABC,Ascend310P,1,0:;"),
+            protocol.to_allocate_key(CW),
+            "not a Ascend310P chip of node n1",
+        ),
+        (_notes("{u},Ascend310P,1,0:;", "[1]"), protocol.runtime_key(CW), "must be a JSON object"),
+        (
+            _notes("{u},Ascend310P,1,0:;", '[{"UUID":"{u}","temp":"vir9"}]'),
+            protocol.runtime_key(CW),
+            "not a 310P3 template",
+        ),
+        (
+            _notes(
+                "{u},Ascend310P,21527,0:{u},Ascend310P,3072,0:;",
+                '[{"UUID":"{u}"},{"UUID":"{u}","temp":"vir01"}]',
+            ),
+            protocol.runtime_key(CW),
+            "mixes whole chips and vNPUs",
+        ),
+        (
+            {**_notes("{u},Ascend310P,1,0:;"), protocol.VNPU_MODE_KEY: "hami-core"},
+            protocol.VNPU_MODE_KEY,
+            "does not run hami-vnpu-core",
+        ),
+    ],
+)
+def test_plan_errors_name_the_annotation_key(notes: dict[str, str], key: str, problem: str) -> None:
+    inventory = _inventory()
+    u = inventory.chips[0].uuid
+    notes = {k: v.replace("{u}", u) for k, v in notes.items()}
+    with pytest.raises(errors.BadAnnotation) as caught:
+        podplan.read(_pod(notes), inventory)
+    assert caught.value.key == key
+    assert problem in str(caught.value)
+    assert caught.value.pod == "ns/p"
+
+
+def test_other_models_pending_keep_the_pod_from_success() -> None:
+    pod = {
+        "metadata": {
+            "annotations": {
+                "hami.io/Ascend910B3-devices-to-allocate": "u,Ascend910B3,1,0:;",
+                protocol.to_allocate_key(CW): ";;",
+            }
+        }
+    }
+    assert podplan.others_pending(pod, CW)
+    assert not podplan.others_pending(pod, "Ascend910B3")
+    assert not podplan.has_pending(pod, CW)
+
+
+def test_admission_order_puts_partly_served_then_bound_first() -> None:
+    def pod(name: str, bound: str, version: str, created: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": "d",
+                "resourceVersion": version,
+                "creationTimestamp": created,
+                "annotations": {protocol.BIND_TIME_KEY: bound},
+            }
+        }
+
+    pods = {
+        "late-bound-old": pod("late-bound-old", "200", "50", "2026-01-01T00:00:00Z"),
+        "early-bound": pod("early-bound", "100", "40", "2026-01-01T00:00:05Z"),
+        "same-second": pod("same-second", "100", "41", "2026-01-01T00:00:01Z"),
+    }
+    ordered = sorted(pods, key=lambda n: finder.admission_order(pods[n], started=False))
+    assert ordered == ["early-bound", "same-second", "late-bound-old"]
+    assert finder.admission_order(pods["late-bound-old"], started=True) < finder.admission_order(
+        pods["early-bound"], started=False
+    )
+
+
+# -- environment contract ------------------------------------------------------------------
+
+
+def _plan(
+    templates: list[str | None], soft: bool = False
+) -> tuple[podplan.PodPlan, podplan.ContainerPlan]:
+    inventory = _inventory()
+    found = tuple(
+        podplan.Device(inventory.chips[i + 1], t, 4096 if soft else 0, 40 if soft else 0)
+        for i, t in enumerate(templates)
+    )
+    container = podplan.ContainerPlan(0, "main", False, found)
+    return podplan.PodPlan("ns", "p", "uid-7", "1", soft, "", (container,)), container
+
+
+PATHS = environment.SoftPaths(Path("/core"), Path("/shared"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "templates", "ids", "envs"),
+    [
+        ("managed", [None, None], [], {"ASCEND_VISIBLE_DEVICES": "1,2"}),
+        ("runtime", [None], [], {"ASCEND_VISIBLE_DEVICES": "1"}),
+        (
+            "managed",
+            ["vir02"],
+            [117],
+            {"ASCEND_VISIBLE_DEVICES": "117", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"},
+        ),
+        ("runtime", ["vir02"], [], {"ASCEND_VISIBLE_DEVICES": "1", "ASCEND_VNPU_SPECS": "vir02"}),
+    ],
+)
+def test_environment_per_mode(
+    mode: str, templates: list[str | None], ids: list[int], envs: dict[str, str]
+) -> None:
+    plan, container = _plan(templates)
+    response = environment.response(settings.VnpuMode(mode), plan, container, ids, PATHS)
+    assert dict(response.envs) == envs
+    assert list(response.mounts) == []
+
+
+def test_soft_environment_and_mounts() -> None:
+    plan, container = _plan([None, None], soft=True)
+    response = environment.response(settings.VnpuMode.MANAGED, plan, container, [], PATHS)
+    assert dict(response.envs) == {
+        "ASCEND_VISIBLE_DEVICES": "1,2",
+        "NPU_MEM_QUOTA": "4096",
+        "NPU_PRIORITY": "40",
+        "NPU_GLOBAL_SHM_PATH": "/hami-shared-region/1_global_registry",
+        "NPU_LOCAL_SHM_PATH": "/hami-vnpu-shmem/vnpu_local_shmem",
+    }
+    mounts = [(m.container_path, m.host_path, m.read_only) for m in response.mounts]
+    assert ("/hami-vnpu-shmem", "/core/containers/uid-7_main", False) in mounts
+    assert ("/etc/ld.so.preload", "/core/ld.so.preload", True) in mounts
+    assert ("/hami-shared-region", "/shared", False) in mounts
+    assert (
+        "/usr/local/Ascend/driver/lib64/driver",
+        "/usr/local/Ascend/driver/lib64/driver",
+        True,
+    ) in mounts
+    assert isinstance(response, api_pb2.ContainerAllocateResponse)
+
+
+# -- ledger --------------------------------------------------------------------------------
+
+
+def _record(vnpu_id: int = 100, container: str = "c") -> ledger.Record:
+    return ledger.Record(
+        "uid", "ns", "p", container, False, 0, "U", vnpu_id, "vir01", ledger.State.INTENT, 1.5
+    )
+
+
+def test_ledger_round_trips_and_survives_a_reopen(tmp_path: Path) -> None:
+    book = ledger.Ledger(tmp_path)
+    first, second = _record(100), _record(101, "d")
+    book.add(first, second)
+    owned = dataclasses.replace(first, state=ledger.State.OWNED)
+    book.replace(first, owned)
+    book.remove(second)
+    again = ledger.Ledger(tmp_path)
+    assert again.records() == (owned,)
+    assert again.owners(0, 100) == (owned,)
+    assert again.of_container("uid", "c") == (owned,)
+    assert not (tmp_path / "ledger.json.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not JSON"),
+        ('{"format": "other", "records": []}', "not a ledger"),
+        (f'{{"format": "{ledger.FORMAT}", "records": {{}}}}', "records is not a list"),
+        (
+            f'{{"format": "{ledger.FORMAT}", "records": [{{"pod_uid": "u"}}]}}',
+            "records[0].namespace is missing",
+        ),
+        (f'{{"format": "{ledger.FORMAT}", "records": [5]}}', "records[0] is not an object"),
+    ],
+)
+def test_a_broken_ledger_is_refused_with_its_path(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / "ledger.json").write_text(text, encoding="utf-8")
+    with pytest.raises(errors.LedgerError) as caught:
+        ledger.Ledger(tmp_path)
+    assert caught.value.path == str(tmp_path / "ledger.json")
+    assert problem in str(caught.value)
+
+
+def test_a_record_with_a_wrongly_typed_field_is_refused(tmp_path: Path) -> None:
+    raw = {**dataclasses.asdict(_record()), "state": "owned", "chip": True}
+    (tmp_path / "ledger.json").write_text(
+        json.dumps({"format": ledger.FORMAT, "records": [raw]}), encoding="utf-8"
+    )
+    with pytest.raises(errors.LedgerError, match="chip"):
+        ledger.Ledger(tmp_path)
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def test_flags_override_environment_and_node_name_falls_back_to_node_name_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NODE_NAME", "from-downward-api")
+    monkeypatch.setenv("VNPU_DP_VNPU_MODE", "runtime")
+    monkeypatch.setenv("VNPU_DP_ALLOCATE_WAIT", "3")
+    options = settings.from_args(
+        ["--backend", "sim", "--sim-dir", str(tmp_path), "--allocate-wait", "2"]
+    )
+    assert options.node_name == "from-downward-api"
+    assert options.vnpu_mode is settings.VnpuMode.RUNTIME
+    assert options.allocate_wait == 2.0
+    assert options.hami_vnpu_core is None
+    assert settings.from_args(["--node-name", "x", "--no-hami-vnpu-core"]).hami_vnpu_core is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--node-name", "n", "--vnpu-mode", "both"], "vnpu_mode"),
+        (["--node-name", "n", "--unowned-grace", "-1"], "unowned_grace"),
+        (["--node-name", "n", "--kubeconfig", "/does/not/exist"], "kubeconfig"),
+        (["--node-name", "", "--backend", "dcmi"], "node_name"),
+    ],
+)
+def test_bad_settings_name_the_field(
+    argv: list[str], field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(errors.SettingsError) as caught:
+        settings.from_args(argv)
+    assert caught.value.field == field
+
+
+def test_crash_points_are_checked() -> None:
+    with pytest.raises(ValueError, match="not one of"):
+        crashpoints.CrashPoints("sometime")
+    crashpoints.CrashPoints("").reach(crashpoints.AFTER_CREATE)  # nothing configured: no exit
