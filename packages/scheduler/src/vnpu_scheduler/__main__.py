@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = structlog.get_logger("vnpu_scheduler")
     try:
         api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, config.api_threads)
-        application = app.build(config, api)
+        application = app.build(config, api, tune_gc=True)
     except errors.SettingsError as exc:
         log.error("bad_setting", field=exc.field, value=str(exc.value), problem=exc.problem)
         print(f"vnpu-scheduler: {exc}", file=sys.stderr)

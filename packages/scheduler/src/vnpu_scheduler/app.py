@@ -64,10 +64,12 @@ class Service:
         config: settings.Settings,
         api: cluster.Cluster,
         registry: prometheus_client.CollectorRegistry,
+        tune_gc: bool = False,
     ) -> None:
         self.settings = config
         self.api = api
         self.warm = False  # every node's state computed once after the first list
+        self.tune_gc = tune_gc
         self.stats = metrics.Metrics(registry)
         timeout = timedelta(seconds=config.handshake_timeout)
         self.config = configsource.ConfigSource(config.device_config, self.stats)
@@ -158,20 +160,22 @@ class Service:
             await asyncio.sleep(self.settings.config_poll_seconds)
             await self.run(self.config.poll)
 
-    async def _freeze_when_synced(self) -> None:
-        """Once the cache holds the cluster, move it out of the garbage collector's sight.
+    async def _warm_when_synced(self) -> None:
+        """Once the cache holds the cluster, compute every state and (``tune_gc``) freeze it.
 
         The cache is hundreds of thousands of long-lived objects; without ``gc.freeze`` every
-        full collection walks them all, a pause of tens of milliseconds inside a filter.
+        full collection walks them all, a pause of tens of milliseconds inside a filter. The
+        collector is process-wide, so only the service's own process (``__main__``) tunes it.
         """
         while not self.cache.synced:
             await asyncio.sleep(0.1)
         self.cache.all_states()  # compute every node's state now, not in the first filter
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 50, 100)  # a filter allocates in bursts; collect less often
+        if self.tune_gc:
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(50_000, 50, 100)  # a filter allocates in bursts; collect less often
+            log.info("cache_frozen", objects=gc.get_freeze_count())
         self.warm = True
-        log.info("cache_frozen", objects=gc.get_freeze_count())
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _: fastapi.FastAPI) -> AsyncIterator[None]:
@@ -184,12 +188,12 @@ class Service:
         for item in self.informers:
             item.start()
         poller = asyncio.get_running_loop().create_task(self.poll_config())
-        freezer = asyncio.get_running_loop().create_task(self._freeze_when_synced())
+        warmer = asyncio.get_running_loop().create_task(self._warm_when_synced())
         log.info("scheduler_started", policy=self.settings.policy.value)
         try:
             yield
         finally:
-            for task in (poller, freezer):
+            for task in (poller, warmer):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -211,6 +215,11 @@ def _observe(stats: metrics.Metrics, verb: str, **fields: Any) -> Iterator[Json]
         result["outcome"] = "bad_request"
         result["error"] = str(exc)
         raise
+    except Exception as exc:
+        result["outcome"] = "error"
+        result["error"] = f"internal error: {exc!r}"
+        log.exception("request_failed", verb=verb)
+        raise
     finally:
         took = time.perf_counter() - start
         stats.requests.labels(verb, result["outcome"]).inc()
@@ -231,9 +240,14 @@ def build(
     config: settings.Settings,
     api: cluster.Cluster,
     registry: prometheus_client.CollectorRegistry | None = None,
+    tune_gc: bool = False,
 ) -> fastapi.FastAPI:
-    """The application over ``api``; ``registry`` collects its metrics (a new one when None)."""
-    service = Service(config, api, registry or prometheus_client.CollectorRegistry())
+    """The application over ``api``; ``registry`` collects its metrics (a new one when None).
+
+    ``tune_gc`` freezes the synced cache out of the garbage collector's sight: only for a
+    process that runs nothing but this service.
+    """
+    service = Service(config, api, registry or prometheus_client.CollectorRegistry(), tune_gc)
     app = fastapi.FastAPI(
         title="vnpu-scheduler", lifespan=service.lifespan, docs_url=None, redoc_url=None
     )

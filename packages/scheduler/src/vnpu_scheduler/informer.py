@@ -86,6 +86,12 @@ class Informer:
                 log.warning("watch_failed", resource=self.resource, error=str(exc), retry_in=delay)
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
+            except Exception:  # a bug must not leave the cache silently frozen: list again
+                self._stats.watch_restarts.labels(self.resource, "error").inc()
+                log.exception("watch_crashed", resource=self.resource, retry_in=delay)
+                version = ""
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
 
     def _watch(self, version: str) -> str:
         """Apply events until the stream ends; the revision to continue from ('' to list again)."""
