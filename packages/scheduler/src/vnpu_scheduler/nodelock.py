@@ -99,7 +99,8 @@ class NodeLocks:
         """
         who = f"{namespace}/{pod}"
         start = time.monotonic()
-        delay = 0.02
+        delay = 0.02  # between looks at a lock held by another pod
+        backoff = 0.005  # after a lost write race
         changed = self._changed.setdefault(node, asyncio.Event())
         while True:
             changed.clear()  # set again by ``wake`` when the watch sees the node change
@@ -126,9 +127,11 @@ class NodeLocks:
                         {protocol.NODE_LOCK_KEY: value},
                     )
                 except errors.Conflict:
+                    # Someone wrote the node first: read it again after a short, growing pause.
                     self._stats.bind_conflicts.labels("lock").inc()
                     self._stats.bind_retries.inc()
-                    await asyncio.sleep(random.uniform(0, 0.01))
+                    await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                    backoff = min(backoff * 2, 0.2)
                     continue
                 self._stats.lock_wait.observe(time.monotonic() - start)
                 return written
