@@ -209,3 +209,39 @@ def test_bind_retried_after_the_pod_was_bound_takes_no_lock(
     assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
     assert kube.pod("job")["metadata"]["annotations"] == before
     assert scheduler.sample("vnpu_scheduler_binds_total", result="already_bound") == 1
+
+
+def test_pod_deleted_after_filter_is_refused_and_the_lock_released(
+    kube: Any, scheduler: Any, node_and_pod: None
+) -> None:
+    pod = kube.pod("job")
+    scheduler.post("filter", {"Pod": pod, "NodeNames": ["n1"]})
+    kube.core.delete_namespaced_pod("job", "default", grace_period_seconds=0)
+    body = {
+        "PodName": "job",
+        "PodNamespace": "default",
+        "PodUID": pod["metadata"]["uid"],
+        "Node": "n1",
+    }
+    assert scheduler.post("bind", body).json() == {"Error": "pod default/job was deleted"}
+    assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
+
+
+def test_pod_recreated_under_the_same_name_is_not_bound(
+    kube: Any, make: Any, scheduler: Any, node_and_pod: None
+) -> None:
+    """The Binding carries the UID kube-scheduler filtered: a new pod of that name is not taken."""
+    old = kube.pod("job")
+    scheduler.post("filter", {"Pod": old, "NodeNames": ["n1"]})
+    kube.core.delete_namespaced_pod("job", "default", grace_period_seconds=0)
+    kube.add_pod(make.pod("job", memory=4000))
+    body = {
+        "PodName": "job",
+        "PodNamespace": "default",
+        "PodUID": old["metadata"]["uid"],
+        "Node": "n1",
+    }
+    error = scheduler.post("bind", body).json()["Error"]
+    assert "UID" in error
+    _unbound(kube)
+    assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
