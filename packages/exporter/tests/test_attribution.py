@@ -276,3 +276,26 @@ def test_stranded_capacity(
 
 def test_attribute_returns_unknown_without_pods() -> None:
     assert attribution.attribute("n", (), {}, None, None) is attribution.UNKNOWN
+
+
+def test_pods_are_read_again_when_the_api_changes_them(kit: Any, node310: Any) -> None:
+    c = node310.chips()
+    first = kit.pod("p", [[kit.Device(c[0])]])
+    first["metadata"]["resourceVersion"] = "1"
+    memo = attribution.PodMemo()
+    found = attribution.attribute(kit.NODE, c, {}, [first], None, memo=memo)
+    assert [a.phy for a in found.allocations] == [0]
+    moved = kit.pod("p", [[kit.Device(c[1])]])
+    moved["metadata"]["resourceVersion"] = "1"  # same version: the earlier reading stands
+    assert [
+        a.phy for a in attribution.attribute(kit.NODE, c, {}, [moved], None, memo=memo).allocations
+    ] == [0]
+    moved["metadata"]["resourceVersion"] = "2"
+    assert [
+        a.phy for a in attribution.attribute(kit.NODE, c, {}, [moved], None, memo=memo).allocations
+    ] == [1]
+    # fewer chips: readings that name physical ids start over
+    assert (
+        attribution.attribute(kit.NODE, c[2:], {}, [moved], None, memo=memo).allocations[0].phy
+        is None
+    )

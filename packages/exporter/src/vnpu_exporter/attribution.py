@@ -269,6 +269,48 @@ def _match_vnpus(
     return matched, unowned
 
 
+@dataclass(frozen=True, slots=True)
+class _PodReading:
+    usage: Mapping[str, inventory.ChipUsage]
+    allocations: tuple[Allocation, ...]
+    problem: errors.ProtocolError | None = None
+
+
+class PodMemo:
+    """Pod readings by (uid, resourceVersion), so a pod the API did not change is read once.
+
+    Allocations carry physical ids, so the memo starts over when the chips change. Pods
+    without a resourceVersion (not from an API server) are read every time.
+    """
+
+    def __init__(self) -> None:
+        self._chips: tuple[tuple[str, int], ...] = ()
+        self._readings: dict[tuple[str, str], _PodReading] = {}
+
+    def read(
+        self, pod: Json, chips: Mapping[str, backend.ChipInfo], models: catalog.Catalog
+    ) -> _PodReading:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        shape = tuple(sorted((uuid, c.phy_id) for uuid, c in chips.items()))
+        if shape != self._chips:
+            self._chips, self._readings = shape, {}
+        if all(key) and key in self._readings:
+            return self._readings[key]
+        try:
+            reading = _PodReading(
+                ledger.pod_usage(pod, models), tuple(pod_allocations(pod, models, chips))
+            )
+        except errors.ProtocolError as exc:
+            reading = _PodReading({}, (), exc)
+        if all(key):
+            self._readings[key] = reading
+        return reading
+
+    def forget_all_but(self, keep: set[tuple[str, str]]) -> None:
+        self._readings = {k: v for k, v in self._readings.items() if k in keep}
+
+
 def attribute(
     node: str,
     chips: Sequence[backend.ChipInfo],
@@ -277,33 +319,43 @@ def attribute(
     devices: Sequence[podresources.ContainerDevices] | None,
     owners: Sequence[ownership.Record] = (),
     models: catalog.Catalog = catalog.BUILTIN,
+    memo: PodMemo | None = None,
 ) -> Result:
-    """Everything held on ``node``'s chips; ``UNKNOWN`` when the pods are unknown."""
+    """Everything held on ``node``'s chips; ``UNKNOWN`` when the pods are unknown.
+
+    Usage per chip is added up exactly as ``vnpu_core.ledger.node_usage`` does (the same
+    ``pod_usage`` per pod), pod by pod so that ``memo`` can skip unchanged pods.
+    """
     if pods is None:
         return UNKNOWN
+    memo = memo if memo is not None else PodMemo()
     by_uuid = {c.uuid: c for c in chips}
     by_phy = {c.phy_id: c for c in chips}
-    counted = ledger.node_usage(pods, node, models)
-    broken = {p.pod for p in counted.problems}
+    usage: dict[str, inventory.ChipUsage] = {}
+    problems: list[ledger.Problem] = []
     allocations: list[Allocation] = []
     annotated: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str]] = set()
     for pod in pods:
+        if not ledger.holds_devices(pod, node):
+            continue
         meta = pod.get("metadata") or {}
         ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        if not ledger.holds_devices(pod, node) or "/".join(ident) in broken:
+        seen.add((str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")))
+        reading = memo.read(pod, by_uuid, models)
+        if reading.problem is not None:
+            problems.append(ledger.Problem("/".join(ident), reading.problem))
             continue
-        try:
-            found = pod_allocations(pod, models, by_uuid)
-        except errors.ProtocolError:
-            continue  # already listed in counted.problems
-        if found:
+        for uuid, held in reading.usage.items():
+            usage[uuid] = usage.get(uuid, inventory.IDLE).plus(held)
+        if reading.allocations:
             annotated.add(ident)
-            allocations += found
-    usage = dict(counted.usage)
+            allocations += reading.allocations
+    memo.forget_all_but(seen)
     for item in _kubelet_allocations(devices or (), annotated, by_phy, models):
         allocations.append(item)
         usage[item.chip_uuid] = usage.get(item.chip_uuid, inventory.IDLE).plus(
             inventory.ChipUsage(memory_mib=item.memory_mib, exclusive=True)
         )
     matched, unowned = _match_vnpus(allocations, vnpus, owners)
-    return Result(tuple(matched), usage, unowned, counted.problems)
+    return Result(tuple(matched), usage, unowned, tuple(problems))

@@ -14,12 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from vnpu_core import budgets, catalog, inventory
 from vnpu_device_plugin.npu import backend, faults
-from vnpu_exporter import attribution, compat, metrics, sampler
+from vnpu_exporter import attribution, compat, exposition, metrics, sampler
 
 MIB = 1024 * 1024
 Kind = metrics.AllocationKind
@@ -35,19 +35,18 @@ class Measured:
 
 
 class Families:
-    """Gauge families by definition, created on first use, yielded in definition order."""
+    """Gauge tables by definition, created on first use, yielded in the order first used."""
 
     def __init__(self) -> None:
-        self._made: dict[str, GaugeMetricFamily] = {}
+        self._made: dict[str, exposition.GaugeTable] = {}
 
     def add(self, definition: metrics.Definition, labels: list[str], value: float) -> None:
-        family = self._made.get(definition.name)
-        if family is None:
-            family = GaugeMetricFamily(definition.name, definition.help, labels=definition.labels)
-            self._made[definition.name] = family
-        family.add_metric(labels, value)
+        table = self._made.get(definition.name)
+        if table is None:
+            table = self._made[definition.name] = exposition.GaugeTable(definition)
+        table.add(labels, value)
 
-    def __iter__(self) -> Iterator[GaugeMetricFamily]:
+    def __iter__(self) -> Iterator[exposition.GaugeTable]:
         return iter(self._made.values())
 
 
@@ -104,6 +103,7 @@ class NodeCollector(Collector):
         self.compat = npu_exporter_compat
         self.models = models
         self._memo: tuple[tuple[int, ...], attribution.Result] | None = None
+        self._pods = attribution.PodMemo()
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the node; skip the registration-time collect
@@ -128,6 +128,7 @@ class NodeCollector(Collector):
             snapshot.pod_resources,
             owners,
             self.models,
+            self._pods,
         )
         self._memo = (key, result)
         return result

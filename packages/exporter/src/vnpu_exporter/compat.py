@@ -17,11 +17,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import GaugeMetricFamily
-
 import vnpu_exporter
 from vnpu_device_plugin.npu import backend
-from vnpu_exporter import metrics
+from vnpu_exporter import exposition, metrics
 
 if TYPE_CHECKING:  # the collector imports this module; only the types flow back
     from vnpu_exporter import collector, sampler
@@ -54,16 +52,15 @@ def _container_ids(pods: Sequence[Mapping[str, Any]] | None) -> dict[tuple[str, 
 
 def families(
     node: str, snapshot: sampler.Snapshot, measured: Sequence[collector.Measured]
-) -> Iterator[GaugeMetricFamily]:
+) -> Iterator[exposition.GaugeTable]:
     """npu-exporter's families for this snapshot."""
-    made: dict[str, GaugeMetricFamily] = {}
+    made: dict[str, exposition.GaugeTable] = {}
 
     def add(name: str, labels: list[str], value: float) -> None:
-        family = made.get(name)
-        if family is None:
-            d = _DEFS[name]
-            family = made[name] = GaugeMetricFamily(d.name, d.help, labels=d.labels)
-        family.add_metric(labels, value)
+        table = made.get(name)
+        if table is None:
+            table = made[name] = exposition.GaugeTable(_DEFS[name])
+        table.add(labels, value)
 
     add("npu_exporter_version_info", [vnpu_exporter.__version__], 1)
     chips = snapshot.chips or ()

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 
 import structlog
-from prometheus_client import CollectorRegistry, exposition
+from prometheus_client import CollectorRegistry
 
-from vnpu_exporter import telemetry
+from vnpu_exporter import exposition, telemetry
 
 log = structlog.get_logger(__name__)
 
@@ -44,9 +44,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _metrics(self) -> None:
         owner = self.server.owner
         started = time.perf_counter()
-        encoder, content_type = exposition.choose_encoder(self.headers.get("Accept", ""))
         try:
-            body = encoder(owner.registry)
+            body, content_type = exposition.render(owner.registry, self.headers.get("Accept", ""))
         except Exception:  # a collector bug: answer 500, keep serving
             log.exception("scrape_failed")
             self._answer(
