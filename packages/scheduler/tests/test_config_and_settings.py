@@ -120,6 +120,22 @@ def test_tls_needs_both_files(tmp_path: Path) -> None:
     with pytest.raises(errors.SettingsError) as refused:
         settings.from_args(["--tls-cert", str(cert)])
     assert "tls_cert and tls_key are given together" in str(refused.value)
+    key = tmp_path / "tls.key"
+    key.write_text("x")
+    with pytest.raises(errors.SettingsError) as refused:
+        settings.from_args(
+            [
+                "--tls-cert",
+                str(cert),
+                "--tls-key",
+                str(key),
+                "--port",
+                "9000",
+                "--webhook-port",
+                "9000",
+            ]
+        )
+    assert "port and webhook_port must differ (both 9000)" in str(refused.value)
 
 
 @pytest.fixture

@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key are given together or not at all")
+        if self.tls_cert is not None and self.port == self.webhook_port != 0:
+            raise ValueError(f"port and webhook_port must differ (both {self.port})")
         return self
 
 
