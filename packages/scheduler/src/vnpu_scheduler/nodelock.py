@@ -105,7 +105,10 @@ class NodeLocks:
         while True:
             changed.clear()  # set again by ``wake`` when the watch sees the node change
             try:
-                obj: Json = cached or await self._run(self._api.get_node, node)
+                if cached is not None and (cached.get("metadata") or {}).get("resourceVersion"):
+                    obj: Json = cached  # without a revision the write would be unconditional
+                else:
+                    obj = await self._run(self._api.get_node, node)
             except errors.NotFound as exc:
                 raise errors.BindError(
                     who, node, "node-gone", f"node {node} does not exist"
