@@ -75,11 +75,6 @@ class _Candidate:
         return f"{meta.get('namespace')}/{meta.get('name')}"
 
     @property
-    def key(self) -> tuple[str | None, str | None]:
-        meta = self.pod.get("metadata") or {}
-        return (meta.get("namespace"), meta.get("name"))
-
-    @property
     def order(self) -> tuple[bool, int, int, str, str, str]:
         """Kubelet's admission order, as well as the pod shows it (see ``admission_order``)."""
         return admission_order(self.pod, self.plan is not None and self.plan.started)
@@ -171,24 +166,49 @@ class Finder:
         except errors.BadAnnotation as exc:
             return _Candidate(pod, None, exc)
 
-    def _look(self) -> tuple[_Candidate | None, list[_Candidate]]:
-        """The waiting lock owner (if any) and every pod waiting here, oldest first."""
+    def _owner(self) -> _Candidate | None:
+        """The pod the node lock names, when it is waiting here (one GET of the node and the pod)."""
         node = self._inventory.node
-        word = self._inventory.common_word
         obj: Json = self._read(lambda: self._api.get_node(node))
         raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
-        holder: tuple[str | None, str | None] = (None, None)
-        if raw is not None:
-            try:
-                lock = coordination.decode_lock(raw)
-                holder = (lock.namespace, lock.name)
-            except core_errors.ProtocolError as exc:
-                log.warning("node_lock_unreadable", node=node, value=raw, error=exc.problem)
+        if raw is None:
+            return None
+        try:
+            lock = coordination.decode_lock(raw)
+        except core_errors.ProtocolError as exc:
+            log.warning("node_lock_unreadable", node=node, value=raw, error=exc.problem)
+            return None
+        if lock.namespace is None or lock.name is None:
+            return None
+        namespace, name = lock.namespace, lock.name
+        try:
+            pod: Json = self._read(lambda: self._api.get_pod(namespace, name))
+        except errors.NotFound:
+            return None
+        if not _waiting_here(pod, node, self._inventory.common_word):
+            return None
+        return self._candidate(pod)
+
+    def _waiting(self) -> list[_Candidate]:
+        """Every pod waiting here, in admission order (one LIST of the node's pods)."""
+        node = self._inventory.node
+        word = self._inventory.common_word
         pods: list[Json] = self._read(lambda: self._api.list_pods(node))
         waiting = [self._candidate(p) for p in pods if _waiting_here(p, node, word)]
         waiting.sort(key=lambda c: c.order)
-        owner = next((c for c in waiting if holder[1] is not None and c.key == holder), None)
-        return owner, waiting
+        return waiting
+
+    @staticmethod
+    def _by_owner(
+        owner: _Candidate | None, chips: Sequence[Sequence[backend.ChipInfo]]
+    ) -> Found | None:
+        if owner is None:
+            return None
+        if owner.broken is not None:
+            return Found(owner.pod, None, owner.broken, "lock-owner")
+        if _fits(owner.plan, chips):
+            return Found(owner.pod, owner.plan, None, "lock-owner")
+        return None
 
     def _decide(
         self,
@@ -196,11 +216,6 @@ class Finder:
         waiting: list[_Candidate],
         chips: Sequence[Sequence[backend.ChipInfo]],
     ) -> Found | None:
-        if owner is not None:
-            if owner.broken is not None:
-                return Found(owner.pod, None, owner.broken, "lock-owner")
-            if _fits(owner.plan, chips):
-                return Found(owner.pod, owner.plan, None, "lock-owner")
         steered = [c for c in waiting if _fits(c.plan, chips) and _on_chips(c.plan, chips)]
         if steered:
             return Found(steered[0].pod, steered[0].plan, None, "steered")
@@ -218,7 +233,11 @@ class Finder:
         deadline = time.monotonic() + self._wait
         pause = 0.05
         while True:
-            owner, waiting = self._look()
+            owner = self._owner()
+            found = self._by_owner(owner, chips)
+            if found is not None:
+                return found
+            waiting = self._waiting()
             found = self._decide(owner, waiting, chips)
             if found is not None:
                 if found.how == "count":
@@ -240,12 +259,17 @@ class Finder:
     def guess(self, count: int) -> podplan.PodPlan | None:
         """For GetPreferredAllocation (a hint): the plan of the pod whose next container needs
         ``count`` devices (the lock owner first, else the oldest), or None. Never waits."""
-        owner, waiting = self._look()
-        for candidate in [owner, *waiting]:
-            plan = candidate.plan if candidate is not None else None
-            if plan is not None and plan.pending and len(plan.pending[0].devices) == count:
-                return plan
+        owner = self._owner()
+        if owner is not None and owner.plan is not None and _next_needs(owner.plan, count):
+            return owner.plan
+        for candidate in self._waiting():
+            if candidate.plan is not None and _next_needs(candidate.plan, count):
+                return candidate.plan
         return None
+
+
+def _next_needs(plan: podplan.PodPlan, count: int) -> bool:
+    return bool(plan.pending) and len(plan.pending[0].devices) == count
 
 
 def _why(
