@@ -153,7 +153,7 @@ def main() -> None:
             ms = sorted(t * 1000 for t in times)
             p99 = ms[int(len(ms) * 0.99) - 1]
             mode = "--npu-exporter-compat" if compat else "default"
-            intervals = "every group each second" if every else "defaults (1-60 s by group)"
+            intervals = "every group each second" if every else "defaults (5-60 s by group)"
             print(
                 f"| {intervals} | {mode} | {series} | {allocations} | {statistics.median(ms):.1f} | {p99:.1f} | {ms[-1]:.1f} |"
             )

@@ -242,3 +242,16 @@ def test_dashboard_json_is_valid_grafana_shape() -> None:
                 continue
             assert panel["targets"], panel["title"]
             assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+
+
+def test_the_docs_name_every_metric_and_alert() -> None:
+    text = (REPO / "docs" / "exporter.md").read_text(encoding="utf-8")
+    missing = [d.samples[0] if d.kind is metrics.Kind.COUNTER else d.name for d in metrics.EXPORTER]
+    missing = [name for name in missing if f"`{name}`" not in text and f"{name}`" not in text]
+    missing += [
+        d.name
+        for d in metrics.COMPAT
+        if d.name not in text and not d.name.startswith("npu_chip_info_error_code_")
+    ]
+    missing += [rule["alert"] for rule in _rules() if f"`{rule['alert']}`" not in text]
+    assert not missing, missing

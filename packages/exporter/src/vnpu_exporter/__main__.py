@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("stopping")
     listener.stop()
     reader.stop()
+    reader.close()
     npu.close()
     return 0
 

@@ -102,23 +102,23 @@ class NodeCollector(Collector):
         self.node = node
         self.compat = npu_exporter_compat
         self.models = models
-        self._memo: tuple[tuple[int, ...], attribution.Result] | None = None
+        self._memo: tuple[tuple[object, ...], attribution.Result] | None = None
         self._pods = attribution.PodMemo()
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the node; skip the registration-time collect
 
     def _attribute(self, snapshot: sampler.Snapshot) -> attribution.Result:
+        """Attribution of ``snapshot``, reused while every input is the very same object.
+
+        The memo keeps the inputs themselves (not their ids), so an id can never be reused
+        by a newer reading while the memo still refers to the old one.
+        """
         owners = snapshot.ownership or ()
-        inputs = (
-            snapshot.chips or (),
-            snapshot.vnpus,
-            snapshot.pods,
-            snapshot.pod_resources,
-            owners,
-        )
-        key = tuple(id(x) for x in inputs)
-        if self._memo is not None and self._memo[0] == key:
+        inputs = (snapshot.chips, snapshot.vnpus, snapshot.pods, snapshot.pod_resources, owners)
+        if self._memo is not None and all(
+            a is b for a, b in zip(self._memo[0], inputs, strict=True)
+        ):
             return self._memo[1]
         result = attribution.attribute(
             self.node,
@@ -130,7 +130,7 @@ class NodeCollector(Collector):
             self.models,
             self._pods,
         )
-        self._memo = (key, result)
+        self._memo = (inputs, result)
         return result
 
     def collect(self) -> Iterator[Metric]:

@@ -296,6 +296,12 @@ class Sampler:
             if now - last.get(g, self._started_at) > self.stale_limit(g) + self.intervals[g]
         ]
 
+    def close(self) -> None:
+        """Close the Kubernetes and PodResources clients (after ``stop``)."""
+        for source in (self.pod_source, self.pod_resources):
+            if source is not None:
+                source.close()
+
     # -- reading ----------------------------------------------------------------------------
 
     def _fresh(self, group: Group, now: float) -> Any:
