@@ -329,3 +329,15 @@ def test_hard_mode_pod_on_a_soft_node_still_gets_its_vnpu(node: Node, kit: Kit) 
     node.api.place("hard", [[kit.Grant(0, "vir02", 6144)]])
     _served(node, kit, "hard")
     assert node.env("hard", "c0")["ASCEND_RUNTIME_OPTIONS"] == "VIRTUAL"
+
+
+def test_two_vnpus_of_one_template_on_one_chip_in_one_container_are_two_vnpus(
+    running: Node, kit: Kit
+) -> None:
+    node = running
+    grants = [[kit.Grant(1, "vir01", 3072), kit.Grant(1, "vir01", 3072)]]
+    node.api.place("pair", grants, containers=[("c0", 2)])
+    _served(node, kit, "pair")
+    ids = node.env("pair", "c0")["ASCEND_VISIBLE_DEVICES"].split(",")
+    assert len(set(ids)) == 2
+    assert sorted(v[1] for v in node.vnpus()) == sorted(int(i) for i in ids)

@@ -9,6 +9,7 @@ restarted plugin must leave no vNPU behind and serve no pod twice.
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import grpc
@@ -175,3 +176,36 @@ def test_allocate_answers_unavailable_when_the_api_cannot_be_read(node: Node, ki
         node.stub().Allocate(request, timeout=10)
     assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     assert "503" in str(caught.value.details())
+
+
+def test_a_refused_vnpu_fails_the_pod_naming_the_budget_and_undoes_the_others(
+    running: Node, kit: Kit
+) -> None:
+    node = running
+    sim = node.sim()
+    for _ in range(6):
+        sim.create_vnpu(1, "vir01")  # chip 1 keeps room for one more vNPU only
+    before = node.vnpus()
+    grants = [[kit.Grant(1, "vir01", 3072), kit.Grant(1, "vir01", 3072)]]
+    node.api.place("greedy", grants, containers=[("c0", 2)])
+    kit.wait_for(lambda: node.api.phase("greedy") == "Failed", what="refused")
+    message = node.api.pod("greedy")["status"]["message"]
+    assert "ResourceExhausted" in message or "RESOURCE_EXHAUSTED" in message
+    assert "vir01 needs 1 vnpu-slots" in message
+    assert node.vnpus() == before  # the first vNPU of the container was destroyed again
+    assert node.ledger() == []
+    assert _sample(node, "vnpu_device_plugin_vnpus_destroyed_total", reason="rollback") == 1
+    assert _sample(node, "vnpu_device_plugin_allocations_total", result="vnpu_failed") == 1
+
+
+def test_sighup_serves_a_new_server_and_registers_again(node: Node, kit: Kit) -> None:
+    process = kit.PluginProcess(node).start()
+    try:
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
+        process.process.send_signal(signal.SIGHUP)
+        kit.wait_for(lambda: process.output().count('"event": "registered"') == 2, timeout=5)
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=5)
+        node.api.place("after-hup", [[kit.Grant(0, "vir01", 3072)]])
+        kit.wait_for(lambda: node.running("after-hup"), what="served after SIGHUP")
+    finally:
+        process.stop()

@@ -176,7 +176,7 @@ def test_sigterm_stops_the_command_cleanly(node: Node, kit: Kit) -> None:
     [
         (["--vnpu-mode", "hybrid"], "vnpu_mode"),
         (["--metrics-port", "70000"], "metrics_port"),
-        (["--backend", "sim"], "backend sim needs sim_dir"),
+        (["--backend", "sim"], "sim_dir: required with backend sim"),
         (["--health-interval", "0"], "health_interval"),
         (["--server-kind", "ring"], "server_kind"),
     ],

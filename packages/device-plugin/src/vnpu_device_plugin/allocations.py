@@ -172,13 +172,13 @@ class Allocations:
                     plan.who, key, len(templated), "runtime mode gives a container one vNPU"
                 )
             return []
-        ids = []
+        records: list[ledger.Record] = []
         for device in templated:
-            record = self._vnpus.provide(plan, container, device)
+            record = self._vnpus.provide(plan, container, device, records)
+            records.append(record)
             if record not in made:
                 made.append(record)
-            ids.append(record.vnpu_id)
-        return ids
+        return [r.vnpu_id for r in records]
 
     def _commit(self, pod: Json, plan: podplan.PodPlan, served: int) -> bool:
         """Write the erased entries (and success when nothing is left); True when the pod is done."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import structlog
 
@@ -55,12 +55,22 @@ class Lifecycle:
         raise errors.VnpuFailed(chip.phy_id, "", "every vNPU id of the chip is taken", refused=True)
 
     def provide(
-        self, plan: podplan.PodPlan, container: podplan.ContainerPlan, device: podplan.Device
+        self,
+        plan: podplan.PodPlan,
+        container: podplan.ContainerPlan,
+        device: podplan.Device,
+        given: Collection[ledger.Record] = (),
     ) -> ledger.Record:
-        """The record of the vNPU ``device`` gets; raises ``errors.VnpuFailed``."""
+        """The record of the vNPU ``device`` gets; raises ``errors.VnpuFailed``.
+
+        ``given`` are the records the container's other devices got in this Allocate: a
+        container with two vNPUs of one template on one chip gets two vNPUs.
+        """
         assert device.template is not None
         chip = device.chip
         for record in self._book.of_container(plan.uid, container.container):
+            if record in given:
+                continue
             if record.chip == chip.phy_id and record.template == device.template:
                 log.info(
                     "vnpu_reused", pod=plan.who, container=container.container, vnpu=record.vnpu_id

@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     @pydantic.model_validator(mode="after")
     def _sim_dir_given(self) -> Settings:
         if self.backend is BackendKind.SIM and self.sim_dir is None:
-            raise ValueError("backend sim needs sim_dir (--sim-dir)")
+            raise errors.SettingsError("sim_dir", None, "required with backend sim (--sim-dir)")
         return self
 
 
@@ -171,6 +171,11 @@ def from_args(argv: Sequence[str] | None = None) -> Settings:
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(settings)"
+        if first["type"] == "missing":
+            given = f"--{field.replace('_', '-')} or VNPU_DP_{field.upper()}"
+            if field == "node_name":
+                given += " (or NODE_NAME)"
+            raise errors.SettingsError(field, None, f"required: give {given}") from exc
         raise errors.SettingsError(
             field, first.get("input"), first["msg"].removeprefix("Value error, ")
         ) from exc
