@@ -172,10 +172,10 @@ def from_args(argv: Sequence[str] | None = None) -> Settings:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(settings)"
         if first["type"] == "missing":
-            given = f"--{field.replace('_', '-')} or VNPU_DP_{field.upper()}"
+            where = f"--{field.replace('_', '-')} or VNPU_DP_{field.upper()}"
             if field == "node_name":
-                given += " (or NODE_NAME)"
-            raise errors.SettingsError(field, None, f"required: give {given}") from exc
+                where += " (or NODE_NAME)"
+            raise errors.SettingsError(field, None, f"required: give {where}") from exc
         raise errors.SettingsError(
             field, first.get("input"), first["msg"].removeprefix("Value error, ")
         ) from exc
