@@ -10,6 +10,7 @@ import pytest
 from vnpu_core import coordination
 
 LOCK = "hami.io/mutex.lock"
+MERGE_PATCH = "application/merge-patch+json"
 Json = dict[str, Any]
 
 
@@ -80,6 +81,7 @@ def test_a_fresh_lock_of_a_live_pod_is_never_taken(
     [
         (("default", "gone"), 0, "owner_gone"),  # owner pod deleted: taken at once (as HAMi)
         (("default", "done"), 600, "expired"),  # expired and Allocate finished
+        (("default", "running"), 600, "expired"),  # bind-phase never updated, but it runs
         (None, 600, "expired"),  # owner-less (Volcano) and expired
     ],
 )
@@ -94,6 +96,10 @@ def test_takes_over_locks_nobody_needs(
 ) -> None:
     scheduler = start_scheduler(lock_ttl=300.0)
     kube.add_pod(make.pod("done", annotations={"hami.io/bind-phase": "success"}))
+    kube.add_pod(make.pod("running", annotations={"hami.io/bind-phase": "allocating"}))
+    kube.core.patch_namespaced_pod_status(
+        "running", "default", {"status": {"phase": "Running"}}, _content_type=MERGE_PATCH
+    )
     kube.annotate_node("n1", {LOCK: _lock(owner, age)})
     assert _bind(scheduler, kube, "job", "n1") == ""
     assert kube.node("n1")["metadata"]["annotations"][LOCK].endswith(",default,job")

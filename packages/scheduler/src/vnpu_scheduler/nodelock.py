@@ -7,11 +7,11 @@ of their next Allocate from it). It is written with a merge patch carrying the n
 ``metadata.resourceVersion``: of two writers only one succeeds, the other gets 409 and
 looks again. A lock held by another pod is waited for (woken by the node watch when the
 node changes, polling with backoff as a fallback, up to ``wait`` seconds, counted in
-``vnpu_scheduler_lock_wait_seconds``) and taken over only when
-its owner pod is gone, or when it is older than ``ttl`` and its owner is not still waiting
-for Allocate (bind-phase ``allocating``: never steal from it, HAMi #3096); an owner-less
-(Volcano) lock is taken over only when expired. Within one replica, binds to the same node
-queue on an ``asyncio.Lock`` first, so they do not poll the API against each other.
+``vnpu_scheduler_lock_wait_seconds``) and taken over only when its owner pod is gone, or
+when it is older than ``ttl`` and its owner is not still waiting for Allocate (bind-phase
+``allocating`` and still Pending: never steal from it, HAMi #3096); an owner-less (Volcano)
+lock is taken over only when expired. Within one replica, binds to the same node queue on
+an ``asyncio.Lock`` first, so they do not poll the API against each other.
 """
 
 from __future__ import annotations
@@ -186,7 +186,10 @@ class NodeLocks:
         phase = ((holder.get("metadata") or {}).get("annotations") or {}).get(
             protocol.BIND_PHASE_KEY
         )
-        if phase == protocol.BindPhase.ALLOCATING.value:
+        started = (holder.get("status") or {}).get("phase", "Pending") != "Pending"
+        if phase == protocol.BindPhase.ALLOCATING.value and not started:
+            # Still waiting for Allocate. (A pod whose containers started was allocated,
+            # whatever its plugin left in bind-phase.)
             return f"{owner}, still waiting for Allocate"
         self._took_over(node, who, raw, "expired")
         return ""
