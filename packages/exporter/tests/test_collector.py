@@ -240,3 +240,32 @@ def test_last_refresh_and_refresh_durations(kit: Any, node310: Any) -> None:
     ):
         assert exp.value("vnpu_exporter_last_refresh_timestamp_seconds", group=group) > 1.7e9
         assert exp.value("vnpu_exporter_refresh_duration_seconds_count", group=group) == 1
+
+
+def test_a_group_that_failed_whole_tries_again_sooner(kit: Any, node310: Any) -> None:
+    exp = kit.Exporter(node310)
+    exp.pods.failure = kit.API_DOWN
+    exp.sampler.intervals[Group.PODS] = 60.0
+    exp.sampler.retry_after = 0.05
+
+    def refreshes() -> float:
+        return exp.value("vnpu_exporter_refresh_duration_seconds_count", group="pods") or 0
+
+    pause = threading.Event()
+    exp.sampler.start()
+    try:
+        for _ in range(100):  # failing: every 0.05 s instead of every 60 s
+            if refreshes() >= 3:
+                break
+            pause.wait(0.02)
+        assert refreshes() >= 3
+        exp.pods.failure = None
+        for _ in range(100):
+            if exp.sampler.snapshot().pods is not None:
+                break
+            pause.wait(0.02)
+        settled = refreshes()
+        pause.wait(0.3)  # read fine: back to the 60 s interval
+        assert refreshes() == settled
+    finally:
+        exp.sampler.stop()

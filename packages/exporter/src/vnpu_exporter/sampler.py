@@ -48,6 +48,9 @@ DEFAULT_INTERVALS: Mapping[Group, float] = {
 }
 """Seconds between refreshes (npu-exporter reads utilisation every 1 s and hbm every 60 s)."""
 
+RETRY_AFTER = 5.0
+"""Seconds before a group whose whole read failed tries again, when its interval is longer."""
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -108,6 +111,7 @@ class Sampler:
         models: catalog.Catalog = catalog.BUILTIN,
         intervals: Mapping[Group, float] = DEFAULT_INTERVALS,
         stale_factor: float = 3.0,
+        retry_after: float = RETRY_AFTER,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -120,6 +124,7 @@ class Sampler:
         self.models = models
         self.intervals = {**DEFAULT_INTERVALS, **intervals}
         self.stale_factor = stale_factor
+        self.retry_after = retry_after
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
@@ -141,8 +146,8 @@ class Sampler:
 
     # -- refreshing -------------------------------------------------------------------------
 
-    def refresh(self, group: Group) -> None:
-        """Read ``group`` once and keep the result (None when nothing could be read)."""
+    def refresh(self, group: Group) -> bool:
+        """Read ``group`` once and keep the result; False when the whole read failed."""
         started = self._clock()
         try:
             value = self._read(group)
@@ -162,6 +167,7 @@ class Sampler:
         self.telemetry.refreshed(
             group, finished - started, self._wall() if _read_anything(value) else None
         )
+        return value is not None
 
     def refresh_all(self) -> None:
         for group in self.groups:
@@ -269,8 +275,9 @@ class Sampler:
             return  # start() has just read the inventory
         while True:
             started = self._clock()
-            self.refresh(group)
-            if self._stop.wait(max(0.0, interval - (self._clock() - started))):
+            # A group that failed whole (the inventory, the API) tries again sooner.
+            wait = interval if self.refresh(group) else min(interval, self.retry_after)
+            if self._stop.wait(max(0.0, wait - (self._clock() - started))):
                 return
 
     def stop(self, timeout: float = 5.0) -> None:
