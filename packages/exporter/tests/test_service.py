@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,3 +211,44 @@ def test_the_command_serves_and_stops_on_sigterm(kit: Any, tmp_path: Path) -> No
             finally:
                 process.send_signal(signal.SIGTERM)
                 assert process.wait(10) == 0
+
+
+def test_concurrent_scrapes_while_the_pods_change(kit: Any, node310: Any) -> None:
+    chips = node310.chips()
+    pods = kit.StaticPods(
+        [kit.pod(f"p{i}", [[kit.Device(chips[i % 4], "vir01")]]) for i in range(8)]
+    )
+    exp = kit.Exporter(node310, pods).refresh()
+    listener = server.MetricsServer(exp.registry, exp.telemetry, list, "127.0.0.1", 0)
+    listener.start()
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        with httpx.Client(base_url=listener.url, timeout=10) as http:
+            for _ in range(15):
+                answer = http.get("/metrics")
+                if answer.status_code != 200 or answer.text.count("vnpu_allocation_info{") != 8:
+                    failures.append(
+                        f"{answer.status_code} {answer.text.count('vnpu_allocation_info{')}"
+                    )
+
+    def churn() -> None:
+        version = 0
+        while not stop.is_set():
+            version += 1
+            for item in pods.items:
+                item["metadata"]["resourceVersion"] = str(version)
+            exp.sampler.refresh(metrics.Group.PODS)
+
+    threads = [threading.Thread(target=scrape) for _ in range(4)]
+    changer = threading.Thread(target=churn)
+    changer.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    stop.set()
+    changer.join(10)
+    listener.stop()
+    assert failures == []

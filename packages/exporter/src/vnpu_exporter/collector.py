@@ -10,6 +10,7 @@ that is missing from the snapshot is missing from the answer: no zero, no stale 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -104,6 +105,7 @@ class NodeCollector(Collector):
         self.models = models
         self._memo: tuple[tuple[object, ...], attribution.Result] | None = None
         self._pods = attribution.PodMemo()
+        self._attributing = threading.Lock()  # concurrent scrapes share the memos
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the node; skip the registration-time collect
@@ -114,6 +116,10 @@ class NodeCollector(Collector):
         The memo keeps the inputs themselves (not their ids), so an id can never be reused
         by a newer reading while the memo still refers to the old one.
         """
+        with self._attributing:
+            return self._attribute_locked(snapshot)
+
+    def _attribute_locked(self, snapshot: sampler.Snapshot) -> attribution.Result:
         owners = snapshot.ownership or ()
         inputs = (snapshot.chips, snapshot.vnpus, snapshot.pods, snapshot.pod_resources, owners)
         if self._memo is not None and all(
