@@ -1,9 +1,13 @@
 """The vNPU ownership ledger: which pod container each vNPU this plugin created belongs to.
 
 One JSON file, ``<state dir>/ledger.json``, rewritten whole on every change: the new text
-goes to ``ledger.json.tmp``, is fsync'ed, renamed over the old file and the directory is
-fsync'ed, so after a crash or power cut the file is either the old or the new version,
-never half of one. ``lifecycle`` writes an ``intent`` record (pod, container, chip, the
+goes to ``ledger.json.tmp`` and is renamed over the old file, so after a crash the file is
+either the old or the new version, never half of one. Adding records is also durable
+(file and directory fsync'ed before ``add`` returns), since a record must exist before
+its vNPU does. Turning an intent into ``owned`` and removing records only narrow what the
+ledger claims: if a power cut loses one, the reconciler finds the same answer again from
+the driver (an intent whose vNPU exists is owned; a record whose vNPU is gone is
+dropped), so those writes skip the fsyncs and keep Allocate fast. ``lifecycle`` writes an ``intent`` record (pod, container, chip, the
 vNPU id it is about to use, template) *before* it creates the vNPU and turns it into
 ``owned`` once the vNPU exists; the ``reconciler`` reads it after a restart and on every
 pass. So every vNPU the plugin ever created is named here, even one created just before
@@ -133,7 +137,7 @@ class Ledger:
             raise errors.LedgerError(where, "records is not a list")
         return tuple(_record(where, i, item) for i, item in enumerate(raw))
 
-    def _write(self, records: tuple[Record, ...]) -> None:
+    def _write(self, records: tuple[Record, ...], *, durable: bool = True) -> None:
         document = {
             "format": FORMAT,
             "records": [
@@ -147,13 +151,15 @@ class Ledger:
             with temporary.open("w", encoding="utf-8") as out:
                 out.write(text)
                 out.flush()
-                os.fsync(out.fileno())
+                if durable:
+                    os.fsync(out.fileno())
             os.replace(temporary, self.path)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            if durable:
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
         except OSError as exc:
             raise errors.LedgerError(str(self.path), f"cannot write: {exc}") from exc
 
@@ -177,16 +183,18 @@ class Ledger:
             self._records = updated
 
     def replace(self, old: Record, new: Record) -> None:
+        """Put ``new`` in place of ``old`` (not fsync'ed: see the module docstring)."""
         with self._lock:
             updated = tuple(new if r == old else r for r in self._records)
-            self._write(updated)
+            self._write(updated, durable=False)
             self._records = updated
 
     def remove(self, *records: Record) -> None:
+        """Forget records (not fsync'ed: see the module docstring)."""
         gone = set(records)
         with self._lock:
             updated = tuple(r for r in self._records if r not in gone)
             if len(updated) == len(self._records):
                 return
-            self._write(updated)
+            self._write(updated, durable=False)
             self._records = updated
