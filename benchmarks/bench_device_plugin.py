@@ -11,6 +11,7 @@ Markdown section for docs/benchmarks.md.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import statistics
 import tempfile
@@ -22,6 +23,7 @@ from typing import Any
 
 import grpc
 import kubernetes
+import structlog
 import yaml
 
 from vnpu_core import coordination, protocol
@@ -199,6 +201,8 @@ def _scenario(
 
 
 def main() -> None:
+    # The plugin's per-call log lines would bury the table; warnings still show.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     rows = []
     with harness.serve() as url:
         api = apiclient.client_for_host(url)
