@@ -6,10 +6,7 @@ Every test talks to a fresh emulator (``vnpu_sandbox.apiserver.harness``) with t
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +22,6 @@ import pytest
 
 from vnpu_core import coordination, protocol
 from vnpu_sandbox.apiserver import harness
-from vnpu_sandbox.apiserver import server as apiserver
 from vnpu_scheduler import app, cluster, server, settings
 
 Json = dict[str, Any]
@@ -154,43 +150,10 @@ class Kube:
         return [self.plain(e) for e in found.items]
 
 
-@contextlib.contextmanager
-def emulator(**settings: Any) -> Iterator[str]:
-    """``harness.serve()`` with the listener's protocol set to TCP.
-
-    ``harness.serve`` creates its listener with protocol 0, so asyncio leaves Nagle's
-    algorithm on for accepted connections and each keep-alive answer waits ~40 ms for the
-    client's delayed ACK. Same steps, with ``IPPROTO_TCP``.
-    """
-    options = apiserver.Settings(host="127.0.0.1", port=0, **settings)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
-    api_server = apiserver.ApiServer(dataclasses.replace(options, port=port))
-    runner = apiserver.Uvicorn(apiserver.uvicorn_config(api_server, quiet=True), api_server)
-    thread = threading.Thread(target=lambda: runner.run(sockets=[listener]), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not runner.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            runner.request_stop()
-            listener.close()
-            raise RuntimeError("the API emulator did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        runner.request_stop()
-        thread.join(timeout=10)
-        listener.close()
-
-
 @pytest.fixture
 def kube(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kube]:
     """A fresh emulator; parametrize indirectly with ``server.Settings`` fields to tune it."""
-    with emulator(**getattr(request, "param", {})) as url:
+    with harness.serve(**getattr(request, "param", {})) as url:
         path = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
         client = kubernetes.config.new_client_from_config(str(path))
         try:
