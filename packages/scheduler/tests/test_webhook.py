@@ -137,3 +137,62 @@ def test_denies_with_the_container_resource_and_value(
     assert status["message"].startswith(prefix + message)
     assert kube.core.list_namespaced_pod("default").items == []
     assert webhooked.sample("vnpu_scheduler_requests_total", verb="mutate", outcome="denied") == 1
+
+
+def test_patch_for_init_and_regular_containers(scheduler: Any) -> None:
+    """/mutate over plain HTTP: each container's memory is rounded where its count is named."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "two", "namespace": "default"},
+        "spec": {
+            "initContainers": [
+                {
+                    "name": "prep",
+                    "resources": {
+                        "limits": {
+                            "huawei.com/Ascend310P": "1",
+                            "huawei.com/Ascend310P-memory": "2000",
+                        },
+                        "requests": {
+                            "huawei.com/Ascend310P": "1",
+                            "huawei.com/Ascend310P-memory": "2000",
+                        },
+                    },
+                }
+            ],
+            "containers": [
+                {"name": "plain", "resources": {}},
+                {"name": "main", "resources": {"limits": {"huawei.com/Ascend310P": "2"}}},
+            ],
+        },
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u2", "operation": "CREATE", "namespace": "default", "object": pod},
+    }
+    reply = scheduler.post("mutate", review).json()["response"]
+    assert reply["allowed"] is True
+    assert reply["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(reply["patch"]))
+    assert patch == [
+        {"op": "add", "path": "/spec/schedulerName", "value": "vnpu-scheduler"},
+        {
+            "op": "add",
+            "path": "/spec/initContainers/0/resources/limits/huawei.com~1Ascend310P-memory",
+            "value": "3072",
+        },
+        {
+            "op": "add",
+            "path": "/spec/initContainers/0/resources/requests/huawei.com~1Ascend310P-memory",
+            "value": "3072",
+        },
+        {
+            "op": "add",
+            "path": "/spec/containers/1/resources/limits/huawei.com~1Ascend310P-memory",
+            "value": "21527",
+        },
+    ]
+    validated = scheduler.post("validate", review).json()["response"]
+    assert validated == {"uid": "u2", "allowed": True}
