@@ -176,6 +176,7 @@ class ClusterCache:
             self._by_node.clear()
             for pod in items:
                 self._put_pod(pod)
+            self._decoded = {k: v for k, v in self._decoded.items() if k in self._pods}
             self._states.clear()
         self.pods_synced.set()
 
