@@ -1,7 +1,7 @@
 """The exporter's custom collector: one snapshot of the readings per scrape, into metric families.
 
-``server`` registers one ``NodeCollector`` on the service's registry; client_python calls
-``collect`` on every scrape. It reads ``sampler.Snapshot`` (never the driver), ties
+``__main__`` registers one ``NodeCollector`` on the service's registry; ``exposition``
+calls ``collect`` (through the registry) on every scrape. It reads ``sampler.Snapshot`` (never the driver), ties
 allocations to chips and vNPUs with ``attribution`` (memoised while its inputs are the same
 objects, i.e. until a group refreshes), measures what each allocation uses, and yields the
 families defined in ``metrics``; with ``compat`` also npu-exporter's (``compat``). A value
@@ -156,8 +156,8 @@ class NodeCollector(Collector):
             out.add(metrics.UNREADABLE_PODS, [self.node], len(result.problems))
         for chip in snapshot.chips or ():
             self._chip(out, chip, snapshot, result, on_chip.get(chip.phy_id, []), known)
-        self._allocations(out, measured, snapshot)
-        self._namespaces(out, measured, snapshot)
+        self._allocations(out, measured)
+        self._namespaces(out, measured)
         yield from out
         if self.compat:
             yield from compat.families(self.node, snapshot, measured)
@@ -229,9 +229,7 @@ class NodeCollector(Collector):
             out.add(metrics.CHIP_STRANDED_MEMORY, labels, memory_left * MIB)
             out.add(metrics.CHIP_STRANDED_AICORES, labels, cores_left)
 
-    def _allocations(
-        self, out: Families, measured: list[Measured], snapshot: sampler.Snapshot
-    ) -> None:
+    def _allocations(self, out: Families, measured: list[Measured]) -> None:
         seen: set[tuple[str, ...]] = set()
         for m in measured:
             a = m.allocation
@@ -265,9 +263,7 @@ class NodeCollector(Collector):
             o.container,
         ]
 
-    def _namespaces(
-        self, out: Families, measured: list[Measured], snapshot: sampler.Snapshot
-    ) -> None:
+    def _namespaces(self, out: Families, measured: list[Measured]) -> None:
         groups: dict[tuple[str, str], list[Measured]] = defaultdict(list)
         for m in measured:
             groups[(m.allocation.owner.namespace, m.allocation.model.common_word)].append(m)
