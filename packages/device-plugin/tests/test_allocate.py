@@ -8,6 +8,7 @@ GetPreferredAllocation and Allocate per container, and records what it got.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from vnpu_core import protocol
@@ -100,24 +101,30 @@ def test_no_lock_at_all_is_served_by_count_and_chips(running: Node, kit: Kit) ->
     assert _vnpu(node, int(node.env("solo", "c0")["ASCEND_VISIBLE_DEVICES"]))[0::2] == (3, "vir01")
 
 
-def _holding_allocations(node: Node, kit: Kit, place: Any) -> None:
-    """Run ``place`` while the plugin is held at its allocation lock, so that every pod it
-    binds is waiting on the node at once; kubelet is stuck in the first pod's admission."""
-    lock = node.plugin.lock
-    lock.acquire()
+def _while_kubelet_admits(node: Node, first: Any, then: Any) -> None:
+    """``first`` binds a pod; once kubelet's call for it reaches the plugin, the call is held
+    there while ``then`` binds more pods, so every one of them is waiting on the node at once
+    (as in a real node, kubelet admits the first pod, and queues the others, in that order)."""
+    allocations = node.plugin.allocations
+    real = allocations.lock
+    arrived, go = threading.Event(), threading.Event()
+
+    class Gate:
+        def __enter__(self) -> None:
+            arrived.set()
+            go.wait(10)
+            real.acquire()
+
+        def __exit__(self, *_: object) -> None:
+            real.release()
+
+    allocations.lock = Gate()
     try:
-        place()
-        kit.wait_for(
-            lambda: (
-                node.plugin.stats.registry.get_sample_value(
-                    "vnpu_device_plugin_allocations_total", {"result": "success"}
-                )
-                == 0
-            ),
-            what="plugin metrics",
-        )
+        first()
+        assert arrived.wait(10), "kubelet never called the plugin"
+        then()
     finally:
-        lock.release()
+        go.set()
 
 
 def test_two_pods_pending_on_one_node_each_get_their_own_template_and_chip(
@@ -125,11 +132,11 @@ def test_two_pods_pending_on_one_node_each_get_their_own_template_and_chip(
 ) -> None:
     node = running
 
-    def place() -> None:
-        node.api.place("first", [[kit.Grant(1, "vir04", 12288)]], lock="none")
-        node.api.place("second", [[kit.Grant(2, "vir01", 3072)]], lock="none")
-
-    _holding_allocations(node, kit, place)
+    _while_kubelet_admits(
+        node,
+        lambda: node.api.place("first", [[kit.Grant(1, "vir04", 12288)]], lock="none"),
+        lambda: node.api.place("second", [[kit.Grant(2, "vir01", 3072)]], lock="none"),
+    )
     _served(node, kit, "first")
     _served(node, kit, "second")
 
@@ -148,11 +155,11 @@ def test_two_waiting_pods_with_the_same_count_are_served_in_binding_order_on_the
 ) -> None:
     node = running
 
-    def place() -> None:
-        node.api.place("z-older", [[kit.Grant(0, "vir02", 6144)]], lock="bare")
-        node.api.place("a-younger", [[kit.Grant(3, "vir04", 12288)]], lock="none")
-
-    _holding_allocations(node, kit, place)
+    _while_kubelet_admits(
+        node,
+        lambda: node.api.place("z-older", [[kit.Grant(0, "vir02", 6144)]], lock="bare"),
+        lambda: node.api.place("a-younger", [[kit.Grant(3, "vir04", 12288)]], lock="none"),
+    )
     _served(node, kit, "z-older")
     _served(node, kit, "a-younger")
     older = _vnpu(node, int(node.env("z-older", "c0")["ASCEND_VISIBLE_DEVICES"]))
@@ -165,13 +172,13 @@ def test_a_waiting_pod_is_not_handed_the_lock_owners_decision(running: Node, kit
     """HAMi #3096: the lock names a pod that is not the one kubelet is admitting."""
     node = running
 
-    def place() -> None:
-        node.api.place("admitted", [[kit.Grant(0, "vir01", 3072)]], lock="none")
-        node.api.place(
+    _while_kubelet_admits(
+        node,
+        lambda: node.api.place("admitted", [[kit.Grant(0, "vir01", 3072)]], lock="none"),
+        lambda: node.api.place(
             "owner", [[kit.Grant(2, None, 21527), kit.Grant(3, None, 21527)]], lock="owner"
-        )
-
-    _holding_allocations(node, kit, place)
+        ),
+    )
     _served(node, kit, "admitted")
     assert _vnpu(node, int(node.env("admitted", "c0")["ASCEND_VISIBLE_DEVICES"]))[0::2] == (
         0,
