@@ -57,9 +57,9 @@ def test_a_pod_kubelet_still_runs_keeps_its_vnpu_after_leaving_the_api(
     running: Node, kit: Kit
 ) -> None:
     node = running
-    _run(node, kit, "forced", [[kit.Grant(0, "vir01", 3072)]])
+    vnpu = _run(node, kit, "forced", [[kit.Grant(0, "vir01", 3072)]])
     plugin = node.plugin
-    # kubelet's PodResources still lists the pod, as after a forced deletion
+    kubelet_lists: set[tuple[str, str]] = {("default", "forced")}
     view = reconciler.Reconciler(
         plugin.npu,
         plugin.inventory,
@@ -70,14 +70,17 @@ def test_a_pod_kubelet_still_runs_keeps_its_vnpu_after_leaving_the_api(
         lock=threading.Lock(),
         grace=300,
         interval=60,
-        live_kubelet=lambda: {("default", "forced")},
+        live_kubelet=lambda: set(kubelet_lists),  # what PodResources would answer
         paths=None,
     )
     node.kubelet.stop()  # the kubelet no longer frees anything
-    node.api.delete_pod("forced")
     node.kubelet = None
-    assert view.run_once().reclaimed == []
+    node.api.delete_pod("forced")  # grace 0: gone from the API at once, as with --force
+    assert "forced" not in [p["metadata"]["name"] for p in plugin.api.list_pods(kit.NODE)]
+    assert view.run_once().reclaimed == []  # kubelet still lists the pod: kept
     assert len(node.vnpus()) == 1
+    kubelet_lists.clear()  # kubelet has stopped the containers
+    assert view.run_once().reclaimed == [(0, vnpu, "owner_gone")]
 
 
 def test_a_vnpu_a_container_still_holds_is_kept_until_released(running: Node, kit: Kit) -> None:
