@@ -596,6 +596,7 @@ class Kit:
     """Helpers tests reach through the ``kit`` fixture (test modules cannot import conftest)."""
 
     Grant = Grant
+    Cluster = Cluster
     FaultProxy = FaultProxy
     PluginProcess = PluginProcess
     wait_for = staticmethod(wait_for)

@@ -11,7 +11,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import grpc
+
 from vnpu_core import protocol
+from vnpu_device_plugin import plugin, settings
+from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from vnpu_sandbox.apiserver import harness
 
 Node = Any
 Kit = Any
@@ -348,3 +354,58 @@ def test_two_vnpus_of_one_template_on_one_chip_in_one_container_are_two_vnpus(
     ids = node.env("pair", "c0")["ASCEND_VISIBLE_DEVICES"].split(",")
     assert len(set(ids)) == 2
     assert sorted(v[1] for v in node.vnpus()) == sorted(int(i) for i in ids)
+
+
+def test_910b3_templates_are_created_until_a_budget_runs_short(
+    root: Any, api_url: str, kit: Kit
+) -> None:
+    """vir05_1c_16g + vir10_3c_32g fit a 910B3 chip (48 of 64 GiB); one more vir10 does not."""
+    word = "Ascend910B3"
+    kit.write_node(root / "sim", chip="910B3", chips=8)
+    api = kit.Cluster(api_url, root / "sim")
+    api.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": kit.NODE}})
+    options = settings.Settings(
+        node_name=kit.NODE,
+        backend="sim",
+        sim_dir=root / "sim",
+        device_plugin_dir=root / "dp",
+        kubeconfig=harness.write_kubeconfig(root / "kubeconfig", api_url),
+        state_dir=root / "state",
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        allocate_wait=0.5,
+    )
+    b3 = plugin.Plugin(options)
+    b3.start()
+    channel = grpc.insecure_channel(f"unix://{root / 'dp' / 'vnpu-Ascend910B3.sock'}")
+    stub = api_pb2_grpc.DevicePluginStub(channel)
+    uuid = api.uuid(5)
+    try:
+        answers = []
+        for name, template, memory in [
+            ("small", "vir05_1c_16g", 16384),
+            ("large", "vir10_3c_32g", 32768),
+            ("too-many", "vir10_3c_32g", 32768),
+        ]:
+            api.create_pod(name, [("c0", 1)], resource=f"huawei.com/{word}")
+            api.lock(("default", name))
+            api.bind(name, api.decision([[kit.Grant(5, template, memory)]], word=word))
+            request = api_pb2.AllocateRequest(
+                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[f"{uuid}-0"])]
+            )
+            try:
+                answers.append(stub.Allocate(request, timeout=10).container_responses[0].envs)
+            except grpc.RpcError as exc:
+                answers.append(exc)
+    finally:
+        channel.close()
+        b3.stop()
+        api.close()
+    sim = sim_backend.SimBackend(root / "sim")
+    assert sorted(v.template for v in sim.vnpus(5)) == ["vir05_1c_16g", "vir10_3c_32g"]
+    assert answers[0]["ASCEND_RUNTIME_OPTIONS"] == "VIRTUAL"
+    assert answers[1]["ASCEND_RUNTIME_OPTIONS"] == "VIRTUAL"
+    refused = answers[2]
+    assert isinstance(refused, grpc.RpcError)
+    assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "vir10_3c_32g needs 32768 memory, chip has 16384 of 65536 free" in str(refused.details())

@@ -98,6 +98,9 @@ def test_kubelet_restart_gets_a_new_server_and_registration_within_two_seconds(
     running: Node, kit: Kit
 ) -> None:
     node = running
+    node.api.place("before", [[kit.Grant(1, "vir02", 6144)]])
+    kit.wait_for(lambda: node.running("before"), what="a pod before the kubelet restart")
+    vnpus = node.vnpus()
     before = node.plugin.link.registrations
     node.kubelet.restart()
     started = time.monotonic()
@@ -106,6 +109,9 @@ def test_kubelet_restart_gets_a_new_server_and_registration_within_two_seconds(
     assert node.plugin.link.registrations == before + 1
     node.api.place("after", [[kit.Grant(0, "vir01", 3072)]])
     kit.wait_for(lambda: node.running("after"), what="a pod after the kubelet restart")
+    assert node.running("before")
+    assert node.plugin.reconciler.run_once().reclaimed == []
+    assert set(vnpus) <= set(node.vnpus())  # the running pod kept its vNPU
     assert (
         node.plugin.stats.registry.get_sample_value(
             "vnpu_device_plugin_registrations_total", {"result": "success"}
