@@ -200,7 +200,9 @@ class Allocations:
                     raise
                 self._stats.api_retries.inc()
                 current = cluster.retrying(
-                    lambda: self._api.get_pod(plan.namespace, plan.name), self._attempts
+                    lambda: self._api.get_pod(plan.namespace, plan.name),
+                    self._attempts,
+                    on_retry=self._stats.retried,
                 )
                 meta = current.get("metadata") or {}
                 notes = meta.get("annotations") or {}
@@ -218,7 +220,7 @@ class Allocations:
         cluster.retrying(
             lambda: self._api.patch_pod_annotations(plan.namespace, plan.name, update, version),
             self._attempts,
-            on_retry=lambda _e: self._stats.api_retries.inc(),
+            on_retry=self._stats.retried,
         )
 
     def _fail(self, pod: Json, error: BaseException) -> None:
@@ -232,6 +234,7 @@ class Allocations:
                     namespace, name, {protocol.BIND_PHASE_KEY: protocol.BindPhase.FAILED.value}
                 ),
                 self._attempts,
+                on_retry=self._stats.retried,
             )
         except errors.ApiError as exc:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))

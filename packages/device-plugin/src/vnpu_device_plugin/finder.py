@@ -48,6 +48,11 @@ log = structlog.get_logger(__name__)
 Json = dict[str, Any]
 
 
+def _who(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
 @dataclass(frozen=True)
 class Found:
     """The pod an Allocate is for; ``broken`` when its annotations cannot be served."""
@@ -59,8 +64,7 @@ class Found:
 
     @property
     def who(self) -> str:
-        meta = self.pod.get("metadata") or {}
-        return f"{meta.get('namespace')}/{meta.get('name')}"
+        return _who(self.pod)
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,7 @@ class _Candidate:
 
     @property
     def who(self) -> str:
-        meta = self.pod.get("metadata") or {}
-        return f"{meta.get('namespace')}/{meta.get('name')}"
+        return _who(self.pod)
 
     @property
     def order(self) -> tuple[bool, int, int, str, str, str]:
@@ -156,9 +159,7 @@ class Finder:
         self._wait = wait
 
     def _read(self, call: Any) -> Any:
-        return cluster.retrying(
-            call, self._attempts, on_retry=lambda _e: self._stats.api_retries.inc()
-        )
+        return cluster.retrying(call, self._attempts, on_retry=self._stats.retried)
 
     def _candidate(self, pod: Json) -> _Candidate:
         try:

@@ -129,3 +129,7 @@ class Metrics:
         for result in ("success", "failure"):
             self.registrations.labels(result)
             self.publications.labels(result)
+
+    def retried(self, _error: object) -> None:
+        """Count one repeated API call (``cluster.retrying``'s ``on_retry``)."""
+        self.api_retries.inc()

@@ -36,7 +36,7 @@ def release(
     """Remove the lock if ``allowed(lock)``; True when it was removed."""
     for _attempt in range(attempts):
         try:
-            obj = cluster.retrying(lambda: api.get_node(node), attempts)
+            obj = cluster.retrying(lambda: api.get_node(node), attempts, on_retry=stats.retried)
             meta = obj.get("metadata") or {}
             raw = (meta.get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
             if raw is None:

@@ -115,7 +115,7 @@ class Publisher:
             cluster.retrying(
                 lambda: self._api.patch_node_annotations(node, dict(values)),
                 self._attempts,
-                on_retry=lambda _exc: self._stats.api_retries.inc(),
+                on_retry=self._stats.retried,
             )
         except errors.ApiError as exc:
             self._stats.publications.labels("failure").inc()

@@ -110,7 +110,11 @@ class Reconciler:
         report = Pass()
         with self._lock:
             try:
-                pods = cluster.retrying(lambda: self._api.list_pods(self._inventory.node), 2)
+                pods = cluster.retrying(
+                    lambda: self._api.list_pods(self._inventory.node),
+                    2,
+                    on_retry=self._stats.retried,
+                )
             except errors.ApiError as exc:
                 log.warning("reconcile_without_pods", error=str(exc))
                 pods = None
@@ -311,7 +315,9 @@ class Reconciler:
                 return False  # Volcano's: it names nobody, so nothing says it is stale
             namespace, name = lock.namespace, lock.name
             try:
-                pod = cluster.retrying(lambda: self._api.get_pod(namespace, name), 2)
+                pod = cluster.retrying(
+                    lambda: self._api.get_pod(namespace, name), 2, on_retry=self._stats.retried
+                )
             except errors.NotFound:
                 return True
             if (pod.get("status") or {}).get("phase") in core_ledger.FINISHED_PHASES:
