@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -530,9 +531,10 @@ def running(node: Node) -> Node:
 class PluginProcess:
     """The real ``vnpu-device-plugin`` command, for crash and signal tests."""
 
-    def __init__(self, node: Node, *args: str) -> None:
+    def __init__(self, node: Node, *args: str, backend: Sequence[str] = ()) -> None:
         self.node = node
         self.args = list(args)
+        self.backend = list(backend) or ["--backend", "sim", "--sim-dir", str(node.sim_dir)]
         self.process: subprocess.Popen[str] | None = None
         self.log = node.root / "plugin.log"
 
@@ -544,10 +546,7 @@ class PluginProcess:
             "vnpu_device_plugin",
             "--node-name",
             options.node_name,
-            "--backend",
-            "sim",
-            "--sim-dir",
-            str(self.node.sim_dir),
+            *self.backend,
             "--device-plugin-dir",
             str(self.node.plugin_dir),
             "--pod-resources-socket",
@@ -567,10 +566,14 @@ class PluginProcess:
             *self.args,
         ]
 
-    def start(self, *extra: str) -> PluginProcess:
+    def start(self, *extra: str, env: dict[str, str] | None = None) -> PluginProcess:
         out = self.log.open("a", encoding="utf-8")
         self.process = subprocess.Popen(
-            [*self.command(), *extra], stdout=out, stderr=subprocess.STDOUT, text=True
+            [*self.command(), *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
         )
         out.close()
         return self

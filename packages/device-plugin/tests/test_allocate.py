@@ -8,10 +8,14 @@ GetPreferredAllocation and Allocate per container, and records what it got.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
@@ -409,3 +413,26 @@ def test_910b3_templates_are_created_until_a_budget_runs_short(
     assert isinstance(refused, grpc.RpcError)
     assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "vir10_3c_32g needs 32768 memory, chip has 16384 of 65536 free" in str(refused.details())
+
+
+def test_the_dcmi_backend_on_the_stand_in_library_serves_a_vnpu(
+    node: Node, kit: Kit, tmp_path: Any
+) -> None:
+    """The real command with ``--backend dcmi``: libdcmi.so here is the tests' stand-in, which
+    reads the same simulated node directory (docs/npu-access.md)."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed, so the stand-in libdcmi.so cannot be built")
+    library = tmp_path / "libdcmi.so"
+    source = Path(__file__).parent / "npu" / "stand_in_dcmi.c"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
+    process = kit.PluginProcess(node, backend=["--backend", "dcmi", "--dcmi-library", str(library)])
+    process.start(env={"VNPU_SIM_DIR": str(node.sim_dir)})
+    try:
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
+        node.api.place("real-path", [[kit.Grant(2, "vir04", 12288)]])
+        kit.wait_for(lambda: node.running("real-path"), what="served through DCMI")
+    finally:
+        process.stop()
+    vnpu_id = int(node.env("real-path", "c0")["ASCEND_VISIBLE_DEVICES"])
+    assert _vnpu(node, vnpu_id) == (2, vnpu_id, "vir04")
