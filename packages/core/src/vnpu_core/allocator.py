@@ -116,10 +116,10 @@ def fit(
 def _deltas(
     node: inventory.Node, request: requests.ContainerRequest, placed: Sequence[Grant]
 ) -> list[tuple[Grant, ChipUsage]]:
-    chips = {c.index: c for c in node.chips}
     out: list[tuple[Grant, ChipUsage]] = []
     for grant in placed:
-        chip = chips[grant.chip]
+        chip = node.chip(grant.uuid)
+        assert chip is not None  # grants name the node's own chips
         if request.soft:
             delta = inventory.soft_usage(
                 grant.memory_mib, grant.cores, budgets.soft_exclusive(chip, request)
@@ -164,7 +164,7 @@ def _gate(
     chips: Sequence[inventory.Chip],
     request: requests.ContainerRequest,
     pod: requests.PodRequest,
-) -> list[inventory.Chip] | Rejection:
+) -> Sequence[inventory.Chip] | Rejection:
     """The chips this request may use at all, or a rejection no eviction can fix."""
     word = request.model.common_word
     if not chips:
@@ -174,12 +174,12 @@ def _gate(
         )
     allow = (pod.use_uuids or {}).get(word)
     deny = (pod.no_use_uuids or {}).get(word, frozenset())
-    healthy = [c for c in chips if c.healthy]
+    healthy = node.healthy_chips_of(word)
     if not healthy:
         return Rejection(
             node.name, Reason.UNHEALTHY, f"{word}: all {len(chips)} chips are unhealthy"
         )
-    eligible = healthy
+    eligible: Sequence[inventory.Chip] = healthy
     if allow is not None or deny:
         eligible = [c for c in healthy if (allow is None or c.uuid in allow) and c.uuid not in deny]
     if not eligible:
@@ -262,16 +262,18 @@ def _place_vnpu(
     node: inventory.Node,
     working: dict[int, ChipUsage],
     request: requests.ContainerRequest,
-    eligible: list[inventory.Chip],
+    eligible: Sequence[inventory.Chip],
     policy: Policy,
 ) -> list[Grant] | Rejection:
     best: tuple[tuple[float, ...], inventory.Chip, catalog.Template] | None = None
-    busy = _busy_groups(node, working)
+    busy: set[int] | None = None  # groups in use, worked out once an idle chip fits
     for chip in eligible:
         used = working[chip.index]
         for template in request.templates:
             if budgets.template_short(chip, used, template) is None:
-                key = _policy_key(node, busy, chip, used, template, policy)
+                if busy is None and used.idle:
+                    busy = _busy_groups(node, working)
+                key = _policy_key(node, busy or set(), chip, used, template, policy)
                 if best is None or key < best[0]:
                     best = (key, chip, template)
                 break
@@ -288,7 +290,7 @@ def _place_soft(
     node: inventory.Node,
     working: dict[int, ChipUsage],
     request: requests.ContainerRequest,
-    eligible: list[inventory.Chip],
+    eligible: Sequence[inventory.Chip],
     policy: Policy,
 ) -> list[Grant] | Rejection:
     fitting = [c for c in eligible if budgets.soft_short(c, working[c.index], request) is None]

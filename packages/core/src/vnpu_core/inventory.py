@@ -48,6 +48,7 @@ class Node:
     soft: bool = False
     _by_uuid: dict[str, Chip] = field(init=False, repr=False, compare=False)
     _by_word: dict[str, tuple[Chip, ...]] = field(init=False, repr=False, compare=False)
+    _healthy_by_word: dict[str, tuple[Chip, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_uuid", {c.uuid: c for c in self.chips})
@@ -57,6 +58,8 @@ class Node:
         object.__setattr__(
             self, "_by_word", {word: tuple(chips) for word, chips in by_word.items()}
         )
+        healthy = {word: tuple(c for c in chips if c.healthy) for word, chips in by_word.items()}
+        object.__setattr__(self, "_healthy_by_word", healthy)
 
     def chip(self, uuid: str) -> Chip | None:
         return self._by_uuid.get(uuid)
@@ -64,6 +67,9 @@ class Node:
     def chips_of(self, common_word: str) -> tuple[Chip, ...]:
         """The chips of one model, in index order."""
         return self._by_word.get(common_word, ())
+
+    def healthy_chips_of(self, common_word: str) -> tuple[Chip, ...]:
+        return self._healthy_by_word.get(common_word, ())
 
     def models(self) -> tuple[str, ...]:
         return tuple(sorted({c.model.common_word for c in self.chips}))
