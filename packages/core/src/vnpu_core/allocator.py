@@ -326,13 +326,14 @@ def _score(
     policy: Policy,
 ) -> int:
     """0-10: how much this node should be preferred for the pod under ``policy``."""
-    words = pod.models()
     total = 0.0
     count = 0
-    for chip in node.chips:
-        if chip.model.common_word in words:
-            total += inventory.load_ratio(chip, after[chip.index])
+    for word in pod.models():
+        for chip in node.chips_of(word):
             count += 1
+            used = after[chip.index]
+            if not used.idle:
+                total += inventory.load_ratio(chip, used)
     if not count:
         return 0
     load = total / count
