@@ -8,7 +8,6 @@ kind and name and the container/pod helpers the tests share.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
