@@ -1,0 +1,277 @@
+"""The scheduler pod as the chart renders it, run for real against the Kubernetes API emulator.
+
+The vnpu-scheduler container's command and args are run as a process (only the listen ports,
+which the test machine chooses, and the kubeconfig, which replaces the pod's service account,
+are changed); its mounted files are the rendered device ConfigMap and TLS Secret. Then the
+test does what kube-scheduler and the API server would: it calls the extender at the
+rendered urlPrefix with the rendered verbs for a pod asking for a managed resource, and the
+webhook over HTTPS, verifying the server certificate with the rendered caBundle for the
+Service's DNS name.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import kubernetes
+import pytest
+import yaml
+
+from vnpu_core import coordination, protocol
+from vnpu_sandbox.apiserver import harness
+
+SERVICE_HOST = "vnpu-scheduler.kube-system.svc"
+Json = dict[str, Any]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _node(name: str) -> Json:
+    chips = [
+        protocol.RegisteredChip(f"{name}-chip-{i}", i, 7, 21527, 8, "Ascend310P", True, None)
+        for i in range(2)
+    ]
+    stamp = coordination.encode_handshake(
+        coordination.Handshake(
+            coordination.HandshakeState.REPORTED, datetime.now().replace(microsecond=0)
+        )
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                protocol.node_register_key("Ascend310P"): protocol.encode_node_register(chips),
+                protocol.node_handshake_key("Ascend310P"): stamp,
+            },
+        },
+        "status": {
+            "capacity": {"huawei.com/Ascend310P": "14"},
+            "allocatable": {"huawei.com/Ascend310P": "14"},
+        },
+    }
+
+
+def _pod(name: str, memory: int) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ascend/app",
+                    "resources": {
+                        "limits": {
+                            "huawei.com/Ascend310P": "1",
+                            "huawei.com/Ascend310P-memory": str(memory),
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ScheduledPod:
+    """The running scheduler process and what the chart rendered around it."""
+
+    url_prefix: str  # the rendered urlPrefix, on the port the test chose
+    webhook_port: int
+    ca_pem: bytes  # the rendered caBundle
+    extender: Json  # the rendered extender entry
+    http_port: int
+
+
+@pytest.fixture
+def scheduler_pod(
+    default, tmp_path: Path
+) -> Iterator[tuple[ScheduledPod, kubernetes.client.CoreV1Api]]:
+    spec, container = default.container("vnpu-scheduler")
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    # Materialise the ConfigMap and Secret volumes as the kubelet would.
+    local: dict[str, Path] = {}
+    for path, name in mounts.items():
+        volume = volumes[name]
+        target = tmp_path / name
+        target.mkdir()
+        local[path] = target
+        if "configMap" in volume:
+            data = default.get("ConfigMap", volume["configMap"]["name"])["data"]
+            for key, text in data.items():
+                (target / key).write_text(text, encoding="utf-8")
+        elif "secret" in volume:
+            data = default.get("Secret", volume["secret"]["secretName"])["data"]
+            for key, text in data.items():
+                (target / key).write_bytes(base64.b64decode(text))
+    http_port, webhook_port = _free_port(), _free_port()
+    args: list[str] = []
+    rendered_port = None
+    for arg in container["args"]:
+        flag, _, value = arg.partition("=")
+        if flag == "--port":
+            rendered_port = int(value)
+            arg = f"--port={http_port}"  # noqa: PLW2901
+        elif flag == "--webhook-port":
+            arg = f"--webhook-port={webhook_port}"  # noqa: PLW2901
+        elif flag == "--host":
+            arg = "--host=127.0.0.1"  # noqa: PLW2901
+        else:
+            for path, target in local.items():
+                if value.startswith(path + "/"):
+                    arg = f"{flag}={target / value[len(path) + 1 :]}"  # noqa: PLW2901
+        args.append(arg)
+    config = yaml.safe_load(
+        default.get("ConfigMap", "vnpu-scheduler-kube-scheduler")["data"]["config.yaml"]
+    )
+    extender = config["extenders"][0]
+    url = urlsplit(extender["urlPrefix"])
+    assert url.port == rendered_port, "kube-scheduler calls the port vnpu-scheduler listens on"
+    url_prefix = f"{url.scheme}://{url.hostname}:{http_port}{url.path}"
+    secret = default.get("Secret", "vnpu-scheduler-tls")
+    ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+    program = shutil.which(container["command"][0], path=str(Path(sys.executable).parent))
+    assert program is not None, "the vnpu-scheduler console script is installed"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("VNPU_")}
+    with harness.serve() as api_url:
+        kubeconfig = harness.write_kubeconfig(tmp_path / "kubeconfig", api_url)
+        client = kubernetes.config.new_client_from_config(str(kubeconfig))
+        core = kubernetes.client.CoreV1Api(client)
+        core.create_node(_node("npu-1"))
+        log = (tmp_path / "scheduler.log").open("w")
+        process = subprocess.Popen(
+            [program, *args, f"--kubeconfig={kubeconfig}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+        try:
+            deadline = time.monotonic() + 25
+            while True:
+                assert process.poll() is None, (tmp_path / "scheduler.log").read_text()
+                try:
+                    if (
+                        httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=2).status_code
+                        == 200
+                    ):
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "vnpu-scheduler did not become ready"
+                time.sleep(0.1)
+            yield ScheduledPod(url_prefix, webhook_port, ca_pem, extender, http_port), core
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+            log.close()
+            client.close()
+
+
+def test_extender_verbs_answer_at_the_rendered_url(scheduler_pod):
+    pod, core = scheduler_pod
+    created = core.create_namespaced_pod("default", _pod("infer", 4000))
+    body = kubernetes.client.ApiClient().sanitize_for_serialization(created)
+    extender = pod.extender
+    # Only pods asking for a managed resource reach the extender: this one does.
+    managed = {r["name"] for r in extender["managedResources"]}
+    assert "huawei.com/Ascend310P" in managed
+    with httpx.Client(timeout=10) as http:
+        filtered = http.post(
+            f"{pod.url_prefix}/{extender['filterVerb']}", json={"Pod": body, "NodeNames": ["npu-1"]}
+        )
+        assert filtered.status_code == 200
+        assert filtered.json()["NodeNames"] == ["npu-1"], filtered.json()
+        scored = http.post(
+            f"{pod.url_prefix}/{extender['prioritizeVerb']}",
+            json={"Pod": body, "NodeNames": ["npu-1"]},
+        )
+        assert scored.status_code == 200
+        assert scored.json()[0]["Host"] == "npu-1"
+        bound = http.post(
+            f"{pod.url_prefix}/{extender['bindVerb']}",
+            json={
+                "PodName": "infer",
+                "PodNamespace": "default",
+                "PodUID": created.metadata.uid,
+                "Node": "npu-1",
+            },
+        )
+        assert bound.status_code == 200
+        assert bound.json() == {"Error": ""}
+    stored = core.read_namespaced_pod("infer", "default")
+    assert stored.spec.node_name == "npu-1"
+    assert stored.metadata.annotations[protocol.allocated_key("Ascend310P")]
+
+
+def _review(pod: Json) -> Json:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "review-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default",
+            "operation": "CREATE",
+            "object": pod,
+        },
+    }
+
+
+def test_webhook_serves_the_rendered_certificate(scheduler_pod):
+    pod, _ = scheduler_pod
+    context = ssl.create_default_context(cadata=pod.ca_pem.decode())
+    url = f"https://127.0.0.1:{pod.webhook_port}/mutate"
+    with httpx.Client(verify=context, timeout=10) as http:
+        answer = http.post(
+            url, json=_review(_pod("hooked", 4000)), extensions={"sni_hostname": SERVICE_HOST}
+        )
+    assert answer.status_code == 200
+    response = answer.json()["response"]
+    assert response["allowed"] is True
+    patch = json.loads(base64.b64decode(response["patch"]))
+    changed = {op["path"]: op.get("value") for op in patch}
+    assert changed["/spec/schedulerName"] == "vnpu-scheduler"
+    assert "6144" in json.dumps(patch)  # 4000 MiB rounds up to the vir02 template
+    # The certificate is for the Service's name, not for any name.
+    with (
+        httpx.Client(verify=context, timeout=10) as http,
+        pytest.raises(httpx.ConnectError, match=r"(?i)certificate|hostname"),
+    ):
+        http.post(
+            url, json=_review(_pod("other", 4000)), extensions={"sni_hostname": "elsewhere.example"}
+        )
+
+
+def test_metrics_are_served_on_the_port_the_service_monitor_scrapes(scheduler_pod, default):
+    pod, _ = scheduler_pod
+    service = default.get("Service", "vnpu-scheduler")
+    http_port = next(p for p in service["spec"]["ports"] if p["name"] == "http")
+    assert http_port["targetPort"] == "http"
+    answer = httpx.get(f"http://127.0.0.1:{pod.http_port}/metrics", timeout=10)
+    assert answer.status_code == 200
+    assert "vnpu_scheduler_requests_total" in answer.text
