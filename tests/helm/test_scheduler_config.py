@@ -277,3 +277,10 @@ def test_a_malformed_device_config_fails_the_render(render, content, message):
 
     with pytest.raises(helm.HelmError, match=message):
         render({"global": {"deviceConfig": {"content": content}}})
+
+
+def test_device_config_can_outlive_the_release(render, default):
+    assert "annotations" not in default.get("ConfigMap", "hami-scheduler-device")["metadata"]
+    kept = render({"global": {"deviceConfig": {"keepOnUninstall": True}}})
+    annotations = kept.get("ConfigMap", "hami-scheduler-device")["metadata"]["annotations"]
+    assert annotations == {"helm.sh/resource-policy": "keep"}
