@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from vnpu_scheduler import app, cluster, errors, logs, server, settings
+from vnpu_scheduler import app, cluster, errors, server, settings
+from vnpu_service import logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,7 +22,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.SettingsError as exc:
         print(f"vnpu-scheduler: {exc}", file=sys.stderr)
         return 2
-    logs.configure(config.log_level)
+    # Our own events take structlog's direct path: one line per request is written on the
+    # event loop, so it has to be cheap. uvicorn's records join the same JSON stream; its
+    # access line would repeat the app's line per request.
+    logs.configure(
+        config.log_level,
+        quiet=("urllib3", "kubernetes", "uvicorn.access"),
+        adopt=("uvicorn", "uvicorn.error", "uvicorn.access"),
+        direct=True,
+    )
     log = structlog.get_logger("vnpu_scheduler")
     try:
         api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, config.api_threads)

@@ -47,6 +47,7 @@ from vnpu_scheduler import (
     webhook,
     wire,
 )
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -304,7 +305,7 @@ def _extender_routes(app: fastapi.FastAPI, service: Service) -> None:
             except errors.BindError as exc:
                 seen.update(outcome="error", error=exc.message, reason=exc.reason)
                 return _json(wire.binding_result(exc.message))
-            except errors.ApiError as exc:
+            except kubeapi.ApiError as exc:
                 seen.update(outcome="error", error=str(exc))
                 return _json(wire.binding_result(str(exc)))
             return _json(wire.binding_result())

@@ -27,6 +27,7 @@ import structlog
 from vnpu_core import allocator, binding, ledger, nodes, requests
 from vnpu_core import errors as core_errors
 from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, wire
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 Runner = Callable[..., Awaitable[Any]]
@@ -80,7 +81,7 @@ class Binder:
         self._background: set[asyncio.Task[None]] = set()
 
     async def bind(self, args: wire.ExtenderBindingArgs) -> str:
-        """Bind the pod; a description of what it got. Raises BindError or ApiError.
+        """Bind the pod; a description of what it got. Raises BindError or kubeapi.ApiError.
 
         The pod is the copy kube-scheduler sent to filter or prioritize when this replica
         saw it (the Binding's UID precondition and the API's "already assigned" check make
@@ -92,7 +93,7 @@ class Binder:
         if pod is None or (args.PodUID and _uid(pod) != args.PodUID):
             try:
                 pod = await self._retry(self._api.get_pod, namespace, name)
-            except errors.NotFound as exc:
+            except kubeapi.NotFound as exc:
                 raise errors.BindError(who, node, "pod-gone", f"pod {who} does not exist") from exc
         uid = _uid(pod)
         if args.PodUID and uid and args.PodUID != uid:
@@ -107,7 +108,7 @@ class Binder:
             self._stats.binds.labels("refused").inc()
             self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc.message}")
             raise
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             self._stats.binds.labels("failed").inc()
             self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc}")
             raise
@@ -208,19 +209,19 @@ class Binder:
             try:
                 await self._run(self._api.bind, namespace, name, _uid(pod), node, annotations)
                 return ""
-            except errors.Unavailable:
+            except kubeapi.Unavailable:
                 if attempt + 1 == self._attempts:
                     raise
                 retried = True
                 self._stats.bind_retries.inc()
                 await asyncio.sleep(0.05 * 2**attempt)
-            except errors.NotFound as exc:
+            except kubeapi.NotFound as exc:
                 raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
-            except errors.Conflict as exc:
+            except kubeapi.Conflict as exc:
                 self._stats.bind_conflicts.labels("binding").inc()
                 try:
                     now: Json = await self._retry(self._api.get_pod, namespace, name)
-                except errors.NotFound:
+                except kubeapi.NotFound:
                     raise errors.BindError(who, node, "pod-gone", f"pod {who} was deleted") from exc
                 held = (now.get("metadata") or {}).get("annotations") or {}
                 bound = str((now.get("spec") or {}).get("nodeName") or "")
@@ -240,7 +241,7 @@ class Binder:
         for attempt in range(self._attempts):
             try:
                 return await self._run(call, *args)
-            except errors.Unavailable:
+            except kubeapi.Unavailable:
                 if attempt + 1 == self._attempts:
                     raise
                 self._stats.bind_retries.inc()
@@ -253,7 +254,7 @@ class Binder:
         async def send() -> None:
             try:
                 await self._run(self._api.record_event, pod, kind, reason, message)
-            except errors.ApiError as exc:
+            except kubeapi.ApiError as exc:
                 log.warning("event_not_recorded", reason=reason, error=str(exc))
 
         task = asyncio.get_running_loop().create_task(send())

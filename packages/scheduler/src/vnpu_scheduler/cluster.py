@@ -6,7 +6,8 @@ and ``json.loads``: the core modules read dicts, and it is several times faster 
 client's model classes). Every call is synchronous and blocking: ``informer`` runs the
 list/watch loops in their own threads and ``binder`` runs writes in the app's thread pool.
 The client's ``ApiException`` and urllib3's transport errors are translated here, and only
-here, into ``errors.ApiError`` subclasses.
+here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is built by
+``vnpu_service.kubeapi.client``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import kubernetes
-import urllib3
-from kubernetes.client import exceptions as kube_exceptions
 
 from vnpu_scheduler import errors
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -61,44 +61,12 @@ class Cluster(Protocol):
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
 
 
-def _translate(exc: Exception, what: str) -> errors.ApiError:
-    """The ``errors.ApiError`` for a client or transport failure while doing ``what``."""
-    if isinstance(exc, kube_exceptions.ApiException):
-        status = int(exc.status or 0)
-        reason, message = str(exc.reason or ""), ""
-        try:
-            body = json.loads(exc.body or "{}")
-            reason = str(body.get("reason") or reason)
-            message = str(body.get("message") or "")
-        except (ValueError, AttributeError):
-            message = str(exc.body or "")[:200]
-        message = f"{what}: {message or reason}"
-        if status == 404:
-            return errors.NotFound(status, reason, message)
-        if status == 409:
-            return errors.Conflict(status, reason, message)
-        if status == 410:
-            return errors.Expired(status, reason, message)
-        if status in (400, 403, 422):
-            return errors.Invalid(status, reason, message)
-        return errors.Unavailable(status, reason, message)
-    return errors.Unavailable(0, type(exc).__name__, f"{what}: {exc}")
-
-
-_TRANSPORT = (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
-
-
 def _body(response: Any, what: str) -> Json:
     try:
         data = response.data
-        document = json.loads(data)
-    except ValueError as exc:
-        raise errors.Unavailable(0, "BadResponse", f"{what}: the answer is not JSON") from exc
     finally:
         _drain(response)
-    if not isinstance(document, dict):
-        raise errors.Unavailable(0, "BadResponse", f"{what}: the answer is not a JSON object")
-    return document
+    return kubeapi.document(data, what)
 
 
 class _Stream:
@@ -120,11 +88,11 @@ class _Stream:
                     del buffer[: end + 1]
                     if line.strip():
                         yield json.loads(line)
-        except _TRANSPORT as exc:
+        except kubeapi.FAILURES as exc:
             if not self._closed.is_set():
-                raise _translate(exc, self._what) from exc
+                raise kubeapi.translate(exc, self._what) from exc
         except ValueError as exc:
-            raise errors.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
+            raise kubeapi.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
         finally:
             self._done.set()
             if self._closed.is_set():
@@ -156,24 +124,14 @@ class KubeCluster:
         cls, kubeconfig: Path | None, timeout: float = 10.0, pool_size: int = 16
     ) -> KubeCluster:
         """A client from ``kubeconfig``, or the in-cluster service account when None."""
-        configuration = kubernetes.client.Configuration()
         try:
-            if kubeconfig is None:
-                _untyped(kubernetes.config.load_incluster_config)(
-                    client_configuration=configuration
-                )
-            else:
-                _untyped(kubernetes.config.load_kube_config)(
-                    config_file=str(kubeconfig), client_configuration=configuration
-                )
-        except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
-            where = str(kubeconfig) if kubeconfig else "in-cluster service account"
-            raise errors.SettingsError("kubeconfig", where, str(exc)) from exc
-        configuration.connection_pool_maxsize = pool_size
-        return cls(kubernetes.client.ApiClient(configuration), timeout)
+            api_client = kubeapi.client(kubeconfig, pool_size=pool_size)
+        except kubeapi.ConfigError as exc:
+            raise errors.SettingsError("kubeconfig", exc.source, exc.problem) from exc
+        return cls(api_client, timeout)
 
     def close(self) -> None:
-        _untyped(self._client.close)()
+        kubeapi.close(self._client)
 
     def list_nodes(self) -> tuple[list[Json], str]:
         what = "list nodes"
@@ -181,8 +139,8 @@ class KubeCluster:
             response = self._core.list_node(
                 _preload_content=False, _request_timeout=self._timeout * 6
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _items(_body(response, what))
 
     def list_pods(self, node: str | None = None) -> tuple[list[Json], str]:
@@ -194,8 +152,8 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=self._timeout * (1 if node else 6),
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _items(_body(response, what))
 
     def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream:
@@ -213,8 +171,8 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=(self._timeout, timeout + 30),
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _Stream(response, what)
 
     def get_node(self, name: str) -> Json:
@@ -223,8 +181,8 @@ class KubeCluster:
             response = self._core.read_node(
                 name, _preload_content=False, _request_timeout=self._timeout
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _body(response, what)
 
     def get_pod(self, namespace: str, name: str) -> Json:
@@ -233,8 +191,8 @@ class KubeCluster:
             response = self._core.read_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=self._timeout
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _body(response, what)
 
     def patch_node_annotations(
@@ -251,8 +209,8 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         return _body(response, what)
 
     def bind(
@@ -279,8 +237,8 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         _drain(response)
 
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None:
@@ -314,8 +272,8 @@ class KubeCluster:
             response: Any = self._core.create_namespaced_event(
                 namespace, cast(Any, body), _preload_content=False, _request_timeout=self._timeout
             )
-        except _TRANSPORT as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         _drain(response)
 
 
@@ -325,11 +283,6 @@ def _drain(response: Any) -> None:
         response.drain_conn()
     finally:
         response.release_conn()
-
-
-def _untyped(function: Any) -> Callable[..., Any]:
-    """The client's config loaders carry no annotations; call them as what they are."""
-    return cast(Callable[..., Any], function)
 
 
 def _items(document: Json) -> tuple[list[Json], str]:

@@ -1,20 +1,20 @@
 """Errors of the scheduler service, and which of them a retry can fix.
 
-``cluster`` translates the Kubernetes client's exceptions into ``ApiError`` subclasses at
-its boundary; ``wire`` raises ``BadRequest`` for a body kube-scheduler or the API server
-should never send; ``binder`` raises ``BindError`` when a pod cannot be bound (the
-extender answers it in ``Error``). The app turns each into the reply its caller expects::
+``wire`` raises ``BadRequest`` for a body kube-scheduler or the API server should never
+send; ``binder`` raises ``BindError`` when a pod cannot be bound (the extender answers it in
+``Error``); ``settings`` and ``cluster`` raise ``SettingsError``. The app turns each into the
+reply its caller expects::
 
     SchedulerError
     ├── BadRequest          a request body is malformed (field, value)          -> HTTP 400
-    ├── ApiError            the Kubernetes API refused or failed (status, reason)
-    │   ├── NotFound        404: the object is gone
-    │   ├── Conflict        409: resourceVersion precondition failed, or already bound
-    │   ├── Expired         410: a watch or list revision is too old; list again
-    │   ├── Invalid         400/422: the API rejected what we sent
-    │   └── Unavailable     5xx, 429, timeouts, connection errors (retryable)
     ├── BindError           a pod cannot be bound to a node (pod, node, reason)
-    └── SettingsError       a flag or environment value is invalid at start (field, value)
+    └── SettingsError       a flag, environment value or kubeconfig is invalid at start (field, value)
+
+The Kubernetes API's refusals and outages are ``vnpu_service.kubeapi.ApiError`` and its
+subclasses (``NotFound``, ``Conflict`` for a failed resourceVersion precondition or a pod
+already bound, ``Expired`` for a watch or list revision that is too old, ``Invalid``,
+``Unavailable``): ``cluster`` translates the client's exceptions into them at its boundary
+and ``binder``, ``nodelock``, ``informer`` and ``app`` catch them by those names.
 
 ``retryable`` says whether the same call may succeed later without any input changing.
 """
@@ -39,42 +39,6 @@ class BadRequest(SchedulerError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"{field}: {problem} (got {shown})")
-
-
-class ApiError(SchedulerError):
-    """The Kubernetes API answered ``status`` (0 when no answer came) with ``reason``."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        super().__init__(f"Kubernetes API {status} {reason}: {message}")
-
-
-class NotFound(ApiError):
-    """404: the object does not exist (any more)."""
-
-
-class Conflict(ApiError):
-    """409: a resourceVersion precondition failed, or the pod is already bound."""
-
-    retryable = True
-
-
-class Expired(ApiError):
-    """410: the revision asked for is older than the server keeps; list again."""
-
-    retryable = True
-
-
-class Invalid(ApiError):
-    """400 or 422: the API refused what was sent; sending it again cannot help."""
-
-
-class Unavailable(ApiError):
-    """The API could not be reached or is overloaded (5xx, 429, timeouts)."""
-
-    retryable = True
 
 
 class BindError(SchedulerError):

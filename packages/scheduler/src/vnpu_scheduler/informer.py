@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from vnpu_scheduler import cluster, errors, metrics
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -76,10 +77,10 @@ class Informer:
                     version = self._list()
                 version = self._watch(version)
                 delay = 0.2
-            except errors.Expired:
+            except kubeapi.Expired:
                 self._stats.watch_restarts.labels(self.resource, "expired").inc()
                 version = ""
-            except errors.SchedulerError as exc:
+            except (errors.SchedulerError, kubeapi.ApiError) as exc:
                 if self._stopping.is_set():
                     break
                 self._stats.watch_restarts.labels(self.resource, "error").inc()
@@ -109,8 +110,8 @@ class Informer:
                 if kind == "ERROR":
                     code = obj.get("code")
                     if code == 410:
-                        raise errors.Expired(410, "Expired", str(obj.get("message", "")))
-                    raise errors.Unavailable(
+                        raise kubeapi.Expired(410, "Expired", str(obj.get("message", "")))
+                    raise kubeapi.Unavailable(
                         int(code or 0), str(obj.get("reason", "")), str(obj.get("message", ""))
                     )
                 seen = str((obj.get("metadata") or {}).get("resourceVersion") or "")

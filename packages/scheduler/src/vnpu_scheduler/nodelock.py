@@ -29,6 +29,7 @@ import structlog
 from vnpu_core import coordination, protocol
 from vnpu_core import errors as core_errors
 from vnpu_scheduler import cluster, errors, metrics
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -109,7 +110,7 @@ class NodeLocks:
                     obj: Json = cached  # without a revision the write would be unconditional
                 else:
                     obj = await self._run(self._api.get_node, node)
-            except errors.NotFound as exc:
+            except kubeapi.NotFound as exc:
                 raise errors.BindError(
                     who, node, "node-gone", f"node {node} does not exist"
                 ) from exc
@@ -129,7 +130,7 @@ class NodeLocks:
                         str(meta.get("resourceVersion") or ""),
                         {protocol.NODE_LOCK_KEY: value},
                     )
-                except errors.Conflict:
+                except kubeapi.Conflict:
                     # Someone wrote the node first: read it again after a short, growing pause.
                     self._stats.bind_conflicts.labels("lock").inc()
                     self._stats.bind_retries.inc()
@@ -178,7 +179,7 @@ class NodeLocks:
         owner = f"pod {lock.namespace}/{lock.name}"
         try:
             holder: Json = await self._run(self._api.get_pod, lock.namespace, lock.name)
-        except errors.NotFound:
+        except kubeapi.NotFound:
             self._took_over(node, who, raw, "owner_gone")
             return ""
         if not expired:
@@ -219,9 +220,9 @@ class NodeLocks:
                     {protocol.NODE_LOCK_KEY: None},
                 )
                 return True
-            except errors.NotFound:
+            except kubeapi.NotFound:
                 return False
-            except errors.ApiError as exc:
+            except kubeapi.ApiError as exc:
                 if not exc.retryable:
                     break
                 self._stats.bind_retries.inc()
