@@ -14,6 +14,7 @@ import pytest
 
 from vnpu_core import catalog, protocol, topology
 from vnpu_device_plugin import (
+    cluster,
     crashpoints,
     devices,
     environment,
@@ -461,6 +462,15 @@ def test_bad_settings_name_the_field(
     with pytest.raises(errors.SettingsError) as caught:
         settings.from_args(argv)
     assert caught.value.field == field
+
+
+def test_an_unusable_kubeconfig_is_a_settings_error_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    with pytest.raises(errors.SettingsError) as caught:
+        cluster.KubeCluster.connect(broken)
+    assert (caught.value.field, caught.value.value) == ("kubeconfig", str(broken))
+    assert "current-context" in caught.value.problem
 
 
 def test_crash_points_are_checked() -> None:

@@ -15,8 +15,9 @@ from types import FrameType
 
 import structlog
 
-from vnpu_device_plugin import errors, logs, plugin, settings
+from vnpu_device_plugin import errors, plugin, settings
 from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_service import kubeapi, logs
 
 log = structlog.get_logger(__name__)
 
@@ -27,13 +28,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.SettingsError as exc:
         sys.stderr.write(f"vnpu-device-plugin: {exc}\n")
         return 2
-    logs.configure(options.log_level)
+    logs.configure(options.log_level, quiet=("urllib3", "kubernetes", "grpc"))
     try:
         node = plugin.Plugin(options)
     except errors.SettingsError as exc:
         sys.stderr.write(f"vnpu-device-plugin: {exc}\n")
         return 2
-    except (errors.DevicePluginError, npu_errors.NpuError, OSError) as exc:
+    except (errors.DevicePluginError, kubeapi.ApiError, npu_errors.NpuError, OSError) as exc:
         log.error("plugin_start_failed", error=str(exc))
         sys.stderr.write(f"vnpu-device-plugin: cannot start: {exc}\n")
         return 1
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(number, on_signal)
     try:
         node.start()
-    except (errors.DevicePluginError, npu_errors.NpuError, OSError) as exc:
+    except (errors.DevicePluginError, kubeapi.ApiError, npu_errors.NpuError, OSError) as exc:
         log.error("plugin_start_failed", error=str(exc))
         sys.stderr.write(f"vnpu-device-plugin: cannot start: {exc}\n")
         node.stop()

@@ -47,6 +47,7 @@ from vnpu_device_plugin import (
 )
 from vnpu_device_plugin.npu import backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
@@ -195,7 +196,7 @@ class Allocations:
             try:
                 self._patch(plan, update, version)
                 return done
-            except errors.Conflict:
+            except kubeapi.Conflict:
                 if attempt + 1 == self._attempts:
                     raise
                 self._stats.api_retries.inc()
@@ -236,7 +237,7 @@ class Allocations:
                 self._attempts,
                 on_retry=self._stats.retried,
             )
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
         self._release_for(namespace, name)
 
@@ -274,7 +275,7 @@ class Allocations:
             plan = self._finder.guess(size) if number == 0 else None
             if plan is not None:
                 wanted = [d.chip.uuid for d in plan.pending[0].devices]
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             log.warning("preferred_without_pod", error=str(exc))
         for device_id in chosen:
             chip = self._chip_or_none(device_id)

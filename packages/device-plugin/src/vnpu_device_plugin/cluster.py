@@ -4,7 +4,8 @@
 client. Calls return plain dicts as the API sends them (``_preload_content=False`` and
 ``json.loads``: ``vnpu_core`` reads dicts, and it is much faster than the client's model
 classes). The client's ``ApiException`` and urllib3's transport errors are translated
-here, and only here, into ``errors.ApiError`` subclasses. ``retrying`` repeats a call the
+here, and only here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself
+is built by ``vnpu_service.kubeapi.client``. ``retrying`` repeats a call the
 API could not answer (5xx, 429, no connection) with bounded exponential backoff; a 409 is
 the caller's to handle, since only it knows what to re-read.
 
@@ -14,17 +15,15 @@ annotations), ``reconciler`` (the node's pods).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 import kubernetes
-import urllib3
-from kubernetes.client import exceptions as kube_exceptions
 
 from vnpu_device_plugin import errors
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -53,38 +52,14 @@ class Cluster(Protocol):
     ) -> Json: ...
 
 
-def translate(exc: Exception, what: str) -> errors.ApiError:
-    """The ``errors.ApiError`` for a client or transport failure while doing ``what``."""
-    if isinstance(exc, kube_exceptions.ApiException):
-        status = int(exc.status or 0)
-        reason, message = str(exc.reason or ""), ""
-        try:
-            body = json.loads(exc.body or "{}")
-            reason = str(body.get("reason") or reason)
-            message = str(body.get("message") or "")
-        except (ValueError, AttributeError, TypeError):
-            message = str(exc.body or "")[:200]
-        message = f"{what}: {message or reason}"
-        if status == 404:
-            return errors.NotFound(status, reason, message)
-        if status == 409:
-            return errors.Conflict(status, reason, message)
-        if status in (400, 422):
-            return errors.Invalid(status, reason, message)
-        if status == 429 or status >= 500 or status == 0:
-            return errors.Unavailable(status, reason, message)
-        return errors.ApiError(status, reason, message)
-    return errors.Unavailable(0, type(exc).__name__, f"{what}: {exc}")
-
-
 def retrying(
     call: Callable[[], T],
     attempts: int,
     *,
     first_delay: float = 0.05,
-    on_retry: Callable[[errors.ApiError], None] | None = None,
+    on_retry: Callable[[kubeapi.ApiError], None] | None = None,
 ) -> T:
-    """``call()``, repeated on ``errors.Unavailable`` up to ``attempts`` times in all.
+    """``call()``, repeated on ``kubeapi.Unavailable`` up to ``attempts`` times in all.
 
     Waits ``first_delay`` seconds before the second try and doubles it each time (0.05,
     0.1, 0.2, 0.4 s: under a second for five tries). The last failure is raised.
@@ -93,7 +68,7 @@ def retrying(
     for attempt in range(attempts):
         try:
             return call()
-        except errors.Unavailable as exc:
+        except kubeapi.Unavailable as exc:
             if attempt + 1 >= attempts:
                 raise
             if on_retry is not None:
@@ -101,18 +76,6 @@ def retrying(
             time.sleep(delay)
             delay *= 2
     raise AssertionError("attempts must be at least 1")
-
-
-def client_for(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
-    """An API client from ``kubeconfig``, or from the pod's service account when None."""
-    configuration = kubernetes.client.Configuration()
-    if kubeconfig is None:
-        _untyped(kubernetes.config.load_incluster_config)(client_configuration=configuration)
-    else:
-        _untyped(kubernetes.config.load_kube_config)(
-            config_file=str(kubeconfig), client_configuration=configuration
-        )
-    return kubernetes.client.ApiClient(configuration)
 
 
 class KubeCluster:
@@ -123,8 +86,17 @@ class KubeCluster:
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._timeout = timeout
 
+    @classmethod
+    def connect(cls, kubeconfig: Path | None, timeout: float = 10.0) -> KubeCluster:
+        """A client from ``kubeconfig``, or the pod's service account when None."""
+        try:
+            api_client = kubeapi.client(kubeconfig)
+        except kubeapi.ConfigError as exc:
+            raise errors.SettingsError("kubeconfig", exc.source, exc.problem) from exc
+        return cls(api_client, timeout)
+
     def close(self) -> None:
-        _untyped(self._client.close)()
+        kubeapi.close(self._client)
 
     def _call(self, what: str, run: Callable[[], Any]) -> Json:
         try:
@@ -133,15 +105,9 @@ class KubeCluster:
                 data = response.data
             finally:
                 response.release_conn()
-        except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise translate(exc, what) from exc
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            raise errors.Unavailable(0, "BadResponse", f"{what}: not JSON: {exc}") from exc
-        if not isinstance(document, dict):
-            raise errors.Unavailable(0, "BadResponse", f"{what}: not a JSON object")
-        return document
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
+        return kubeapi.document(data, what)
 
     def get_node(self, name: str) -> Json:
         return self._call(
@@ -204,11 +170,6 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             ),
         )
-
-
-def _untyped(function: Any) -> Callable[..., Any]:
-    """The client's loaders and close carry no annotations; call them as what they are."""
-    return cast(Callable[..., Any], function)
 
 
 def _annotation_patch(annotations: dict[str, str | None], resource_version: str) -> Json:

@@ -1,24 +1,23 @@
 """Errors of the device plugin service (the NPU access layer has its own, in ``npu.errors``).
 
-``cluster`` translates the Kubernetes client's exceptions into ``ApiError`` subclasses at
-its boundary; ``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation``
-for a pod whose scheduler annotations cannot be served; ``devices`` raises
-``UnknownDevice``; ``lifecycle`` raises ``VnpuFailed`` and ``ledger`` ``LedgerError``. The
-gRPC servicer (``service``) turns each into a status code::
+``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation`` for a pod whose
+scheduler annotations cannot be served; ``devices`` raises ``UnknownDevice``; ``lifecycle``
+raises ``VnpuFailed`` and ``ledger`` ``LedgerError``. The gRPC servicer (``service``) turns
+each into a status code::
 
     DevicePluginError
-    ├── SettingsError       a flag, environment value or file is invalid at start (field, value)
-    ├── ApiError            the Kubernetes API refused or failed (status, reason)
-    │   ├── NotFound        404: the object is gone
-    │   ├── Conflict        409: a resourceVersion precondition failed (re-read, retry)
-    │   ├── Invalid         400/422: the API refused what was sent
-    │   └── Unavailable     5xx, 429, timeouts, connection errors (retry with backoff)
+    ├── SettingsError       a flag, environment value, file or kubeconfig is invalid at start (field, value)
     ├── AllocateError       one Allocate cannot be served (its ``code`` is the gRPC status name)
     │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
     │   ├── PodNotIdentified no pod, or no single pod, matches the request       -> FAILED_PRECONDITION
     │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
     │   └── VnpuFailed      the driver refused or failed a vNPU create           -> RESOURCE_EXHAUSTED / INTERNAL
     └── LedgerError         the ownership ledger cannot be read or written (path)
+
+The Kubernetes API's refusals and outages are ``vnpu_service.kubeapi.ApiError`` and its
+subclasses (``NotFound``, ``Conflict``, ``Expired``, ``Invalid``, ``Unavailable``):
+``cluster`` translates the client's exceptions into them at its boundary, ``cluster.retrying``
+repeats calls that met ``Unavailable``, and the servicer answers the rest ``UNAVAILABLE``.
 
 ``retryable`` says whether the same call may succeed later without any input changing.
 """
@@ -40,36 +39,6 @@ class SettingsError(DevicePluginError):
         self.value = value
         self.problem = problem
         super().__init__(f"{field}: {problem} (got {value!r})")
-
-
-class ApiError(DevicePluginError):
-    """The Kubernetes API answered ``status`` (0 when no answer came) with ``reason``."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        super().__init__(f"Kubernetes API {status} {reason}: {message}")
-
-
-class NotFound(ApiError):
-    """404: the object does not exist (any more)."""
-
-
-class Conflict(ApiError):
-    """409: the object changed since it was read; read it again and redo the change."""
-
-    retryable = True
-
-
-class Invalid(ApiError):
-    """400 or 422: the API refused what was sent; sending it again cannot help."""
-
-
-class Unavailable(ApiError):
-    """The API could not be reached or is overloaded (5xx, 429, timeouts)."""
-
-    retryable = True
 
 
 class AllocateError(DevicePluginError):

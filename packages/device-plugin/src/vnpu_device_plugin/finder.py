@@ -43,6 +43,7 @@ from vnpu_core import coordination, protocol
 from vnpu_core import errors as core_errors
 from vnpu_device_plugin import cluster, devices, errors, metrics, podplan
 from vnpu_device_plugin.npu import backend
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
@@ -184,7 +185,7 @@ class Finder:
         namespace, name = lock.namespace, lock.name
         try:
             pod: Json = self._read(lambda: self._api.get_pod(namespace, name))
-        except errors.NotFound:
+        except kubeapi.NotFound:
             return None
         if not _waiting_here(pod, node, self._inventory.common_word):
             return None

@@ -20,7 +20,8 @@ import structlog
 
 from vnpu_core import coordination, protocol
 from vnpu_core import errors as core_errors
-from vnpu_device_plugin import cluster, errors, metrics
+from vnpu_device_plugin import cluster, metrics
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +54,9 @@ def release(
             )
             log.info("node_lock_released", node=node, value=raw)
             return True
-        except errors.Conflict:
+        except kubeapi.Conflict:
             stats.api_retries.inc()
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             log.error("node_lock_not_released", node=node, error=str(exc))
             return False
     log.error("node_lock_not_released", node=node, error=f"{attempts} conflicts in a row")

@@ -116,9 +116,7 @@ class Plugin:
         )
         self._own_api: cluster.KubeCluster | None = None
         if api is None:
-            self._own_api = cluster.KubeCluster(
-                cluster.client_for(options.kubeconfig), options.api_timeout
-            )
+            self._own_api = cluster.KubeCluster.connect(options.kubeconfig, options.api_timeout)
             api = self._own_api
         self.api = api
         self.ledger = ledger.Ledger(options.state_dir)

@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 import structlog
 
 from vnpu_core import coordination, nodes, protocol
-from vnpu_device_plugin import cluster, devices, errors, health, metrics
+from vnpu_device_plugin import cluster, devices, health, metrics
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 
@@ -117,7 +118,7 @@ class Publisher:
                 self._attempts,
                 on_retry=self._stats.retried,
             )
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             self._stats.publications.labels("failure").inc()
             log.warning("node_publish_failed", node=node, error=str(exc))
             return False

@@ -38,7 +38,6 @@ from vnpu_device_plugin import (
     cluster,
     devices,
     environment,
-    errors,
     ledger,
     lifecycle,
     metrics,
@@ -46,6 +45,7 @@ from vnpu_device_plugin import (
 )
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
@@ -115,7 +115,7 @@ class Reconciler:
                     2,
                     on_retry=self._stats.retried,
                 )
-            except errors.ApiError as exc:
+            except kubeapi.ApiError as exc:
                 log.warning("reconcile_without_pods", error=str(exc))
                 pods = None
             driver = self._driver()
@@ -318,7 +318,7 @@ class Reconciler:
                 pod = cluster.retrying(
                     lambda: self._api.get_pod(namespace, name), 2, on_retry=self._stats.retried
                 )
-            except errors.NotFound:
+            except kubeapi.NotFound:
                 return True
             if (pod.get("status") or {}).get("phase") in core_ledger.FINISHED_PHASES:
                 return True
@@ -330,7 +330,7 @@ class Reconciler:
 
         try:
             nodelock.release(self._api, self._inventory.node, stale, attempts=2, stats=self._stats)
-        except errors.ApiError as exc:
+        except kubeapi.ApiError as exc:
             log.warning("stale_lock_not_checked", error=str(exc))
 
     def poke(self) -> None:

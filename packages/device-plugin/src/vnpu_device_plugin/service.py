@@ -23,23 +23,24 @@ import structlog
 
 from vnpu_device_plugin import allocations, devices, errors, health, metrics
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 _WAKE_SECONDS = 0.5  # how often an idle ListAndWatch stream checks that it is still wanted
 
 
-def _status(error: errors.DevicePluginError) -> grpc.StatusCode:
+def _status(error: errors.DevicePluginError | kubeapi.ApiError) -> grpc.StatusCode:
     if isinstance(error, errors.AllocateError):
         return grpc.StatusCode[error.code]
-    if isinstance(error, errors.ApiError):
+    if isinstance(error, kubeapi.ApiError):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL
 
 
-def _result(error: errors.DevicePluginError) -> str:
+def _result(error: errors.DevicePluginError | kubeapi.ApiError) -> str:
     if isinstance(error, errors.AllocateError):
         return error.result
-    if isinstance(error, errors.ApiError):
+    if isinstance(error, kubeapi.ApiError):
         return "api_error"
     return "failed"
 
@@ -99,7 +100,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         ids = [list(c.devices_ids) for c in request.container_requests]
         try:
             response, served = self._allocations.allocate(request)
-        except errors.DevicePluginError as exc:
+        except (errors.DevicePluginError, kubeapi.ApiError) as exc:
             elapsed = time.perf_counter() - start
             self._stats.allocations.labels(_result(exc)).inc()
             self._stats.allocate_duration.labels("failed").observe(elapsed)
