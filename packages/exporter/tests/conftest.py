@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from vnpu_core import catalog, protocol
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_exporter import collector, errors, metrics, ownership, podresources, sampler, telemetry
+from vnpu_exporter import collector, metrics, ownership, podresources, sampler, telemetry
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 NODE = "npu-node-1"
@@ -236,7 +237,7 @@ def node910(tmp_path: Path) -> sim_backend.SimBackend:
     return make_node(tmp_path / "n910", "910B3", 8)
 
 
-API_DOWN = errors.ApiError(
+API_DOWN = kubeapi.Unavailable(
     0, "ConnectionRefused", "list pods on node npu-node-1: connection refused"
 )
 

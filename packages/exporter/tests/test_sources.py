@@ -17,6 +17,7 @@ import pytest
 from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from vnpu_sandbox.apiserver import harness
+from vnpu_service import kubeapi
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_kube_pods_reports_an_unreachable_api_as_api_error(tmp_path: Path) -> No
         tmp_path / "kubeconfig", "http://127.0.0.1:9"
     )  # discard port: nothing listens
     source = pods.KubePods.connect(config, timeout=2)
-    with pytest.raises(errors.ApiError) as caught:
+    with pytest.raises(kubeapi.Unavailable) as caught:
         source.list("n1")
     assert caught.value.status == 0
     assert "list pods on node n1" in str(caught.value)

@@ -25,7 +25,6 @@ from vnpu_exporter import (
     collector,
     errors,
     kubelet,
-    logs,
     ownership,
     pods,
     sampler,
@@ -33,6 +32,7 @@ from vnpu_exporter import (
     settings,
     telemetry,
 )
+from vnpu_service import logs
 
 
 def open_backend(config: settings.Settings) -> backend.Backend:

@@ -1,12 +1,12 @@
 """Errors of the exporter, and which of them a later refresh can fix.
 
-The NPU access layer raises its own ``vnpu_device_plugin.npu.errors.NpuError`` family; the
-exporter's sources translate everything else at their boundary into these::
+The NPU access layer raises its own ``vnpu_device_plugin.npu.errors.NpuError`` family and the
+Kubernetes API source (``pods``) raises ``vnpu_service.kubeapi.ApiError`` and its subclasses;
+the exporter's other sources translate everything else at their boundary into these::
 
     ExporterError
     ├── SettingsError       a flag, environment value or kubeconfig is invalid (field, value)
     └── SourceError         a data source failed (source, problem); retryable
-        ├── ApiError        the Kubernetes API refused or did not answer (status, reason)
         ├── PodResourcesError  the kubelet's PodResources socket failed (code)
         └── LedgerError     the device plugin's ownership ledger is unreadable (path)
 
@@ -46,15 +46,6 @@ class SourceError(ExporterError):
         self.source = source
         self.problem = problem
         super().__init__(f"{source}: {problem}")
-
-
-class ApiError(SourceError):
-    """The Kubernetes API answered ``status`` (0 when it did not answer) with ``reason``."""
-
-    def __init__(self, status: int, reason: str, problem: str) -> None:
-        self.status = status
-        self.reason = reason
-        super().__init__("kubernetes", f"{status} {reason}: {problem}")
 
 
 class PodResourcesError(SourceError):

@@ -5,21 +5,20 @@ the pods' vnpu annotations (``hami.io/<CW>-devices-allocated``, ``huawei.com/<CW
 container names. Pods come back as the plain JSON the API sends (``_preload_content=False``),
 which is what ``vnpu_core.ledger`` reads. One LIST with ``fieldSelector=spec.nodeName=<node>``
 per refresh: a node holds tens of pods, so a watch would save little and add a stream to
-keep alive. The client's exceptions and transport failures become ``errors.ApiError`` here.
+keep alive. The client's exceptions and transport failures become
+``vnpu_service.kubeapi.ApiError`` subclasses here; the client is built by
+``vnpu_service.kubeapi.client``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import kubernetes
-import urllib3
-from kubernetes.client import exceptions as kube_exceptions
 
 from vnpu_exporter import errors
+from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 
@@ -30,28 +29,6 @@ class Source(Protocol):
     def list(self, node: str) -> list[Json]: ...
 
     def close(self) -> None: ...
-
-
-def _untyped(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The kubernetes client has no type hints; call it through an explicit ``Any``."""
-    return function
-
-
-def _translate(exc: Exception, what: str) -> errors.ApiError:
-    if isinstance(exc, kube_exceptions.ApiException):
-        status = int(exc.status or 0)
-        reason, message = str(exc.reason or ""), ""
-        try:
-            body = json.loads(exc.body or "{}")
-            reason = str(body.get("reason") or reason)
-            message = str(body.get("message") or "")
-        except (ValueError, AttributeError):
-            message = str(exc.body or "")[:200]
-        return errors.ApiError(status, reason, f"{what}: {message or reason}")
-    return errors.ApiError(0, type(exc).__name__, f"{what}: {exc}")
-
-
-_FAILURES = (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
 class KubePods:
@@ -65,45 +42,32 @@ class KubePods:
     @classmethod
     def connect(cls, kubeconfig: Path | None, timeout: float = 10.0) -> KubePods:
         """A client from ``kubeconfig``, or from the in-cluster service account when None."""
-        configuration = kubernetes.client.Configuration()
         try:
-            if kubeconfig is None:
-                _untyped(kubernetes.config.load_incluster_config)(
-                    client_configuration=configuration
-                )
-            else:
-                _untyped(kubernetes.config.load_kube_config)(
-                    config_file=str(kubeconfig), client_configuration=configuration
-                )
-        except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
-            where = str(kubeconfig) if kubeconfig else "in-cluster service account"
-            raise errors.SettingsError("kubeconfig", where, str(exc)) from exc
-        return cls(kubernetes.client.ApiClient(configuration), timeout)
+            api_client = kubeapi.client(kubeconfig)
+        except kubeapi.ConfigError as exc:
+            raise errors.SettingsError("kubeconfig", exc.source, exc.problem) from exc
+        return cls(api_client, timeout)
 
     def list(self, node: str) -> list[Json]:
         what = f"list pods on node {node}"
         try:
-            response = _untyped(self._core.list_pod_for_all_namespaces)(
+            response: Any = self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
-        except _FAILURES as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         try:
             data = response.data
-        except _FAILURES as exc:
-            raise _translate(exc, what) from exc
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
         finally:
             response.release_conn()
-        try:
-            document = json.loads(data)
-        except ValueError as exc:
-            raise errors.ApiError(0, "BadResponse", f"{what}: the answer is not JSON") from exc
-        items = document.get("items") if isinstance(document, dict) else None
+        items = kubeapi.document(data, what).get("items")
         if not isinstance(items, list):
-            raise errors.ApiError(0, "BadResponse", f"{what}: the answer has no items list")
+            raise kubeapi.Unavailable(0, "BadResponse", f"{what}: the answer has no items list")
         return [cast(Json, item) for item in items if isinstance(item, dict)]
 
     def close(self) -> None:
-        _untyped(self._client.close)()
+        kubeapi.close(self._client)

@@ -27,6 +27,7 @@ from vnpu_core import catalog, ledger
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu import errors as npu_errors
 from vnpu_exporter import errors, metrics, ownership, podresources, pods, telemetry
+from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 
@@ -87,7 +88,7 @@ def reason_of(exc: Exception) -> Reason:
         return Reason.SIMULATION
     if isinstance(exc, npu_errors.NpuError):
         return Reason.DRIVER
-    if isinstance(exc, errors.ApiError):
+    if isinstance(exc, kubeapi.ApiError):
         return Reason.API
     if isinstance(exc, errors.PodResourcesError):
         return Reason.RPC
