@@ -20,12 +20,16 @@ import yaml
 
 @dataclass
 class Answer:
-    """What the server sends for one path; ``delay`` seconds of silence first."""
+    """What the server sends for one path; ``delay`` seconds of silence first.
+
+    ``cut`` announces more bytes than it sends and closes the connection mid-answer.
+    """
 
     status: int
     body: bytes
     content_type: str = "application/json"
     delay: float = 0.0
+    cut: bool = False
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:
@@ -61,7 +65,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 return
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
-            self.send_header("Content-Length", str(len(answer.body)))
+            self.send_header("Content-Length", str(len(answer.body) + (100 if answer.cut else 0)))
             self.end_headers()
             self.wfile.write(answer.body)
 

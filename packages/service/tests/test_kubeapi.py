@@ -16,18 +16,12 @@ from vnpu_service import kubeapi
 def _read_node(kubeconfig: Path, name: str, timeout: float = 5.0) -> dict[str, Any]:
     """GET a node as the services do; every failure translated at this boundary."""
     api_client = kubeapi.client(kubeconfig)
-    what = f"get node {name}"
     try:
         core = kubernetes.client.CoreV1Api(api_client)
-        try:
-            response: Any = core.read_node(name, _preload_content=False, _request_timeout=timeout)
-            try:
-                data = response.data
-            finally:
-                response.release_conn()
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return kubeapi.document(data, what)
+        return kubeapi.fetch(
+            lambda: core.read_node(name, _preload_content=False, _request_timeout=timeout),
+            f"get node {name}",
+        )
     finally:
         kubeapi.close(api_client)
 
@@ -117,6 +111,15 @@ def test_an_answer_that_never_comes_is_unavailable(
         _read_node(kubeconfig, "n1", timeout=0.1)
     assert caught.value.status == 0
     assert "timed out" in caught.value.message.lower()
+
+
+def test_an_answer_cut_off_midway_is_unavailable(kit: Any, fake_api: Any, kubeconfig: Path) -> None:
+    fake_api.answers["/api/v1/nodes/n1"] = kit.Answer(200, b'{"kind": "Node", "metadata"', cut=True)
+    with pytest.raises(kubeapi.Unavailable) as caught:
+        _read_node(kubeconfig, "n1")
+    assert caught.value.status == 0
+    assert caught.value.reason == "ProtocolError"
+    assert caught.value.message.startswith("get node n1: ")
 
 
 @pytest.mark.parametrize(

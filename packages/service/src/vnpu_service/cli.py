@@ -27,18 +27,11 @@ from vnpu_service import kubeapi
 
 def version(api_client: kubernetes.client.ApiClient, timeout: float) -> dict[str, Any]:
     """The API server's ``/version`` document; raises ``kubeapi.ApiError``."""
-    what = "get /version"
-    try:
-        response: Any = kubernetes.client.VersionApi(api_client).get_code(
-            _preload_content=False, _request_timeout=timeout
-        )
-        try:
-            data = response.data
-        finally:
-            response.release_conn()
-    except kubeapi.FAILURES as exc:
-        raise kubeapi.translate(exc, what) from exc
-    return kubeapi.document(data, what)
+    versions = kubernetes.client.VersionApi(api_client)
+    return kubeapi.fetch(
+        lambda: versions.get_code(_preload_content=False, _request_timeout=timeout),
+        "get /version",
+    )
 
 
 def check(kubeconfig: Path | None, timeout: float) -> tuple[int, dict[str, Any]]:

@@ -1,9 +1,10 @@
 """The Kubernetes API as every vnpu service reaches it: the client, and what its failures mean.
 
 Each service's cluster adapter (``vnpu_scheduler.cluster``, ``vnpu_device_plugin.cluster``,
-``vnpu_exporter.pods``) builds its ``ApiClient`` with ``client`` and turns every exception
-the ``kubernetes`` client or urllib3 raises (``FAILURES``) into one of the classes below with
-``translate``. The rest of each service catches these classes, never the client's own::
+``vnpu_exporter.pods``) builds its ``ApiClient`` with ``client``, reads answers with ``fetch``
+(or ``document``) and turns every exception the ``kubernetes`` client or urllib3 raises
+(``FAILURES``) into one of the classes below with ``translate``. The rest of each service
+catches these classes, never the client's own::
 
     KubeError
     ├── ConfigError         no usable kubeconfig or in-cluster service account (source, problem)
@@ -151,6 +152,23 @@ def document(data: bytes | str, what: str) -> Json:
     if not isinstance(parsed, dict):
         raise Unavailable(0, "BadResponse", f"{what}: the answer is not a JSON object")
     return cast(Json, parsed)
+
+
+def fetch(call: Callable[[], Any], what: str) -> Json:
+    """The JSON object the API answers to ``call``, which must pass ``_preload_content=False``.
+
+    The answer is read whole and its connection goes back to the pool; a refusal, an outage
+    or an unreadable answer raises the ``ApiError`` that ``translate`` or ``document`` gives.
+    """
+    try:
+        response = call()
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+    except FAILURES as exc:
+        raise translate(exc, what) from exc
+    return document(data, what)
 
 
 def client(kubeconfig: Path | None, *, pool_size: int | None = None) -> kubernetes.client.ApiClient:
