@@ -61,14 +61,6 @@ class Cluster(Protocol):
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
 
 
-def _body(response: Any, what: str) -> Json:
-    try:
-        data = response.data
-    finally:
-        _drain(response)
-    return kubeapi.document(data, what)
-
-
 class _Stream:
     """One watch response read line by line; each line is one JSON event."""
 
@@ -134,27 +126,26 @@ class KubeCluster:
         kubeapi.close(self._client)
 
     def list_nodes(self) -> tuple[list[Json], str]:
-        what = "list nodes"
-        try:
-            response = self._core.list_node(
+        listed = kubeapi.fetch(
+            lambda: self._core.list_node(
                 _preload_content=False, _request_timeout=self._timeout * 6
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _items(_body(response, what))
+            ),
+            "list nodes",
+        )
+        return _items(listed)
 
     def list_pods(self, node: str | None = None) -> tuple[list[Json], str]:
         what = f"list pods on node {node}" if node else "list pods"
         selector = f"spec.nodeName={node}" if node else None
-        try:
-            response = self._core.list_pod_for_all_namespaces(
+        listed = kubeapi.fetch(
+            lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=selector,
                 _preload_content=False,
                 _request_timeout=self._timeout * (1 if node else 6),
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _items(_body(response, what))
+            ),
+            what,
+        )
+        return _items(listed)
 
     def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream:
         what = f"watch {resource}"
@@ -176,42 +167,36 @@ class KubeCluster:
         return _Stream(response, what)
 
     def get_node(self, name: str) -> Json:
-        what = f"get node {name}"
-        try:
-            response = self._core.read_node(
+        return kubeapi.fetch(
+            lambda: self._core.read_node(
                 name, _preload_content=False, _request_timeout=self._timeout
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _body(response, what)
+            ),
+            f"get node {name}",
+        )
 
     def get_pod(self, namespace: str, name: str) -> Json:
-        what = f"get pod {namespace}/{name}"
-        try:
-            response = self._core.read_namespaced_pod(
+        return kubeapi.fetch(
+            lambda: self._core.read_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=self._timeout
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _body(response, what)
+            ),
+            f"get pod {namespace}/{name}",
+        )
 
     def patch_node_annotations(
         self, name: str, resource_version: str, annotations: dict[str, str | None]
     ) -> Json:
         """Merge-patch annotations (None deletes) if the node is still at ``resource_version``."""
-        what = f"patch node {name}"
         body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
-        try:
-            response = self._core.patch_node(
+        return kubeapi.fetch(
+            lambda: self._core.patch_node(
                 name,
                 body,
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
                 _request_timeout=self._timeout,
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _body(response, what)
+            ),
+            f"patch node {name}",
+        )
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
