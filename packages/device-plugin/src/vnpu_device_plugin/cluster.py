@@ -98,31 +98,19 @@ class KubeCluster:
     def close(self) -> None:
         kubeapi.close(self._client)
 
-    def _call(self, what: str, run: Callable[[], Any]) -> Json:
-        try:
-            response = run()
-            try:
-                data = response.data
-            finally:
-                response.release_conn()
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return kubeapi.document(data, what)
-
     def get_node(self, name: str) -> Json:
-        return self._call(
-            f"get node {name}",
+        return kubeapi.fetch(
             lambda: self._core.read_node(
                 name, _preload_content=False, _request_timeout=self._timeout
             ),
+            f"get node {name}",
         )
 
     def patch_node_annotations(
         self, name: str, annotations: dict[str, str | None], resource_version: str = ""
     ) -> Json:
         body = _annotation_patch(annotations, resource_version)
-        return self._call(
-            f"patch node {name}",
+        return kubeapi.fetch(
             lambda: self._core.patch_node(
                 name,
                 body,
@@ -130,24 +118,25 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
+            f"patch node {name}",
         )
 
     def get_pod(self, namespace: str, name: str) -> Json:
-        return self._call(
-            f"get pod {namespace}/{name}",
+        return kubeapi.fetch(
             lambda: self._core.read_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=self._timeout
             ),
+            f"get pod {namespace}/{name}",
         )
 
     def list_pods(self, node: str) -> list[Json]:
-        listed = self._call(
-            f"list pods on {node}",
+        listed = kubeapi.fetch(
             lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
+            f"list pods on {node}",
         )
         return list(listed.get("items") or [])
 
@@ -159,8 +148,7 @@ class KubeCluster:
         resource_version: str = "",
     ) -> Json:
         body = _annotation_patch(annotations, resource_version)
-        return self._call(
-            f"patch pod {namespace}/{name}",
+        return kubeapi.fetch(
             lambda: self._core.patch_namespaced_pod(
                 name,
                 namespace,
@@ -169,6 +157,7 @@ class KubeCluster:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
+            f"patch pod {namespace}/{name}",
         )
 
 
