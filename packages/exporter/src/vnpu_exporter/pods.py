@@ -50,21 +50,15 @@ class KubePods:
 
     def list(self, node: str) -> list[Json]:
         what = f"list pods on node {node}"
-        try:
-            response: Any = self._core.list_pod_for_all_namespaces(
+        listed = kubeapi.fetch(
+            lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
                 _preload_content=False,
                 _request_timeout=self.timeout,
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        try:
-            data = response.data
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        finally:
-            response.release_conn()
-        items = kubeapi.document(data, what).get("items")
+            ),
+            what,
+        )
+        items = listed.get("items")
         if not isinstance(items, list):
             raise kubeapi.Unavailable(0, "BadResponse", f"{what}: the answer has no items list")
         return [cast(Json, item) for item in items if isinstance(item, dict)]
