@@ -21,12 +21,14 @@ from vnpu_device_plugin import (
     errors,
     finder,
     ledger,
+    metrics,
     podplan,
     publisher,
+    registration,
     settings,
 )
 from vnpu_device_plugin.npu import backend
-from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 CW = "Ascend310P"
 
@@ -477,3 +479,20 @@ def test_crash_points_are_checked() -> None:
     with pytest.raises(ValueError, match="not one of"):
         crashpoints.CrashPoints("sometime")
     crashpoints.CrashPoints("").reach(crashpoints.AFTER_CREATE)  # nothing configured: no exit
+
+
+def test_a_plugin_directory_too_long_for_a_unix_socket_is_a_settings_error(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    link = registration.KubeletLink(
+        deep,
+        "vnpu-Ascend310P.sock",
+        "huawei.com/Ascend310P",
+        api_pb2_grpc.DevicePluginServicer(),
+        metrics.Metrics(),
+    )
+    with pytest.raises(errors.SettingsError) as caught:
+        link.start()
+    assert caught.value.field == "device_plugin_dir"
+    assert caught.value.value == str(deep)
+    assert "at most 107" in str(caught.value)
+    assert not deep.exists()  # refused before anything was created

@@ -22,11 +22,13 @@ from pathlib import Path
 import grpc
 import structlog
 
-from vnpu_device_plugin import metrics
+from vnpu_device_plugin import errors, metrics
 from vnpu_kubelet_api import constants
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+_UNIX_PATH_MAX = 107  # bytes of a unix socket path (sockaddr_un.sun_path less its NUL)
 REGISTER_TIMEOUT = 5.0
 RETRY_SECONDS = 1.0
 
@@ -84,6 +86,13 @@ class KubeletLink:
     def _serve(self) -> None:
         """Stop any old server and serve on a fresh socket with a new one."""
         self._shutdown(grace=0.5)
+        length = len(os.fsencode(self.socket))
+        if length > _UNIX_PATH_MAX:
+            raise errors.SettingsError(
+                "device_plugin_dir",
+                str(self.socket.parent),
+                f"the plugin socket {self.socket} is {length} bytes; a unix socket path holds at most {_UNIX_PATH_MAX}",
+            )
         self.socket.parent.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         self._pool = futures.ThreadPoolExecutor(
