@@ -11,7 +11,7 @@ the webhook and the planner.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -116,7 +116,7 @@ def _resource(spec: Mapping[str, Any], name: str) -> object | None:
 
 
 def _uuid_lists(
-    annotations: Mapping[str, str], key_for: Any, models: list[str]
+    annotations: Mapping[str, str], key_for: Callable[[str], str], models: list[str]
 ) -> dict[str, frozenset[str]]:
     lists: dict[str, frozenset[str]] = {}
     for word in models:
