@@ -52,13 +52,8 @@ def template_short(
         return Reason.AICORE
     if used.aicpu + template.aicpu > model.aicpu:
         return Reason.AICPU
-    wanted = template.media_vector
-    cap = model.media_vector
-    if (
-        wanted is not None
-        and cap is not None
-        and any(map(operator.gt, map(operator.add, used.media, wanted), cap))
-    ):
+    headroom = model.media_headroom.get(template.name)
+    if headroom is not None and not all(map(operator.le, used.media, headroom)):
         return Reason.MEDIA
     return None
 

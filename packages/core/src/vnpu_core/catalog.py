@@ -49,10 +49,6 @@ class Template:
     aicore: int
     aicpu: int
     media: Media | None = None
-    media_vector: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "media_vector", self.media.as_tuple() if self.media else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +79,18 @@ class ChipModel:
     resource_name: str = ""
     memory_resource: str = ""
     core_resource: str = ""
-    media_vector: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
+    # Per template with media: how many of each engine may already be in use for it to fit.
+    media_headroom: dict[str, tuple[int, ...]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "media_vector", self.media.as_tuple() if self.media else None)
+        headroom: dict[str, tuple[int, ...]] = {}
+        if self.media is not None:
+            caps = self.media.as_tuple()
+            for template in self.templates:
+                if template.media is not None and any(template.media.as_tuple()):
+                    wants = template.media.as_tuple()
+                    headroom[template.name] = tuple(c - w for c, w in zip(caps, wants, strict=True))
+        object.__setattr__(self, "media_headroom", headroom)
         if not self.resource_name:
             object.__setattr__(self, "resource_name", f"huawei.com/{self.common_word}")
         if not self.memory_resource:
