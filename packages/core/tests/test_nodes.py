@@ -123,3 +123,18 @@ def test_chip_figures_come_from_the_registration() -> None:
     assert result.node is not None
     chip = result.node.chips[0]
     assert (chip.slots, chip.memory_mib, chip.vnpu_limit) == (3, 60000, 3)
+
+
+def test_a_model_whose_register_lists_no_chip_of_its_type_is_reported_on_a_mixed_node() -> None:
+    obj = node_obj(
+        {
+            "hami.io/node-register-Ascend910B3": register("Ascend910B3", 2),
+            # read after the 910B3 entry (catalog order), so chips from it are already counted
+            "hami.io/node-register-Ascend910C": register("Ascend910C", 1, type="Ascend910B3"),
+        },
+        allocatable={"huawei.com/Ascend910B3": "8", "huawei.com/Ascend910C": "4"},
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert [c.model.common_word for c in result.node.chips] == ["Ascend910B3", "Ascend910B3"]
+    assert "hami.io/node-register-Ascend910C lists no Ascend910C chip" in result.warnings

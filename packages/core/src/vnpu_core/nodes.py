@@ -81,6 +81,7 @@ def read_node(
         if _allocatable(obj, model.resource_name) <= 0:
             problems.append(f"kubelet reports no allocatable {model.resource_name}")
             continue
+        before = len(chips)
         for item in registered:
             if item.type != model.common_word:
                 warnings.append(f"{key}: chip {item.id} has type {item.type!r}, skipped")
@@ -95,7 +96,7 @@ def read_node(
                     memory_mib=item.devmem,
                 )
             )
-        if len(registered) and not chips:
+        if registered and len(chips) == before:
             problems.append(f"{key} lists no {model.common_word} chip")
     if not chips:
         return NodeRead(
