@@ -139,8 +139,7 @@ def pod_usage(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, Chip
                 if not init_done:
                     alone.append(target)
             else:
-                for uuid, held in target.items():
-                    regular[uuid] = regular.get(uuid, inventory.IDLE).plus(held)
+                add(regular, target)
     for init_usage in alone:
         for uuid, held in init_usage.items():
             regular[uuid] = regular.get(uuid, inventory.IDLE).peak(held)
@@ -165,6 +164,21 @@ def _template_for(infos: tuple[protocol.RuntimeInfo, ...], position: int, uuid: 
     return None
 
 
+def read_pod(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, ChipUsage] | Problem:
+    """``pod_usage``, or the Problem naming the pod when its annotations cannot be read."""
+    try:
+        return pod_usage(pod, models)
+    except errors.ProtocolError as exc:
+        meta = pod.get("metadata") or {}
+        return Problem(f"{meta.get('namespace', '')}/{meta.get('name', '')}", exc)
+
+
+def add(into: dict[str, ChipUsage], held: Mapping[str, ChipUsage]) -> None:
+    """Add one pod's usage (by chip UUID) to a node's running total."""
+    for uuid, chip_usage in held.items():
+        into[uuid] = into.get(uuid, inventory.IDLE).plus(chip_usage)
+
+
 def node_usage(pods: Iterable[Mapping[str, Any]], node: str, models: catalog.Catalog) -> Ledger:
     """Usage of every chip of ``node`` from the pods bound to it; unreadable pods are listed."""
     usage: dict[str, ChipUsage] = {}
@@ -172,12 +186,9 @@ def node_usage(pods: Iterable[Mapping[str, Any]], node: str, models: catalog.Cat
     for pod in pods:
         if not holds_devices(pod, node):
             continue
-        try:
-            held = pod_usage(pod, models)
-        except errors.ProtocolError as exc:
-            meta = pod.get("metadata") or {}
-            problems.append(Problem(f"{meta.get('namespace', '')}/{meta.get('name', '')}", exc))
-            continue
-        for uuid, chip_usage in held.items():
-            usage[uuid] = usage.get(uuid, inventory.IDLE).plus(chip_usage)
+        held = read_pod(pod, models)
+        if isinstance(held, Problem):
+            problems.append(held)
+        else:
+            add(usage, held)
     return Ledger(usage, tuple(problems))

@@ -346,8 +346,7 @@ def attribute(
         if reading.problem is not None:
             problems.append(ledger.Problem("/".join(ident), reading.problem))
             continue
-        for uuid, held in reading.usage.items():
-            usage[uuid] = usage.get(uuid, inventory.IDLE).plus(held)
+        ledger.add(usage, reading.usage)
         if reading.allocations:
             annotated.add(ident)
             allocations += reading.allocations

@@ -61,16 +61,6 @@ def holds_chips(pod: Mapping[str, Any]) -> bool:
     return ledger.holds_devices(pod)
 
 
-def _decode(
-    pod: Mapping[str, Any], models: catalog.Catalog
-) -> dict[str, inventory.ChipUsage] | ledger.Problem:
-    try:
-        return ledger.pod_usage(pod, models)
-    except errors.ProtocolError as exc:
-        meta = pod.get("metadata") or {}
-        return ledger.Problem(f"{meta.get('namespace', '')}/{meta.get('name', '')}", exc)
-
-
 def _inventory_key(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     """What ``nodes.read_node`` reads from a node object (not the lock, labels or conditions)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -304,12 +294,11 @@ class ClusterCache:
         for key, pod, stored in pods:
             if not ledger.holds_devices(pod, name):
                 continue
-            held = self._pod_usage(key, pod) if stored else _decode(pod, self._catalog)
+            held = self._pod_usage(key, pod) if stored else ledger.read_pod(pod, self._catalog)
             if isinstance(held, ledger.Problem):
                 problems.append(held)
-                continue
-            for uuid, chip_usage in held.items():
-                usage[uuid] = usage.get(uuid, inventory.IDLE).plus(chip_usage)
+            else:
+                ledger.add(usage, held)
         return ledger.Ledger(usage, tuple(problems))
 
     def _pod_usage(self, key: str, pod: Json) -> dict[str, inventory.ChipUsage] | ledger.Problem:
@@ -317,7 +306,7 @@ class ClusterCache:
         known = self._decoded.get(key)
         if known is not None and known[0] == version:
             return known[1]
-        held = _decode(pod, self._catalog)
+        held = ledger.read_pod(pod, self._catalog)
         self._decoded[key] = (version, held)
         return held
 
