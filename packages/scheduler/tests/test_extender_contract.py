@@ -21,6 +21,12 @@ def _cluster(kube: Any, make: Any) -> Json:
     return kube.add_pod(make.pod("job", memory=4000))
 
 
+def _synced(scheduler: Any) -> None:
+    """Wait until the cache holds the three nodes and both pods holding n-full's chips."""
+    scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 3)
+    scheduler.wait_for(lambda: len(scheduler.service.cache.state("n-full").usage.usage) == 2)
+
+
 def _go_args(pod: Json, names: list[str] | None, nodes: list[Json] | None) -> bytes:
     """ExtenderArgs as Go's encoding/json writes it: field order Pod, Nodes, NodeNames."""
     node_list = None if nodes is None else {"metadata": {}, "items": nodes}
@@ -38,7 +44,7 @@ def _go_args(pod: Json, names: list[str] | None, nodes: list[Json] | None) -> by
 
 def test_filter_node_names_form(kube: Any, make: Any, scheduler: Any) -> None:
     pod = _cluster(kube, make)
-    scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 3)
+    _synced(scheduler)
     body = _go_args(pod, ["n-free", "n-full", "n-910", "n-gone"], None)
     answer = scheduler.post_raw("filter", body)
     assert answer.status_code == 200
@@ -59,7 +65,7 @@ def test_filter_node_names_form(kube: Any, make: Any, scheduler: Any) -> None:
 
 def test_filter_nodes_form(kube: Any, make: Any, scheduler: Any) -> None:
     pod = _cluster(kube, make)
-    scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 3)
+    _synced(scheduler)
     nodes = [kube.node(name) for name in ("n-free", "n-full", "n-910")]
     answer = scheduler.post_raw("filter", _go_args(pod, None, nodes))
     assert answer.status_code == 200
@@ -76,7 +82,7 @@ def test_filter_nodes_form(kube: Any, make: Any, scheduler: Any) -> None:
 def test_filter_nodes_form_reads_the_objects_sent(kube: Any, make: Any, scheduler: Any) -> None:
     """A node object newer than the cache (e.g. its plugin just registered) is read as sent."""
     pod = _cluster(kube, make)
-    scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 3)
+    _synced(scheduler)
     fresh = make.node("n-new")
     fresh["metadata"]["resourceVersion"] = "999999"
     result = scheduler.post_raw("filter", _go_args(pod, None, [fresh])).json()
