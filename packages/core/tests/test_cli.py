@@ -134,6 +134,24 @@ def test_json_output_schema(files: tuple[str, str]) -> None:
     ]
 
 
+def test_memory_written_as_a_kubernetes_quantity_plans_like_the_plain_number(
+    tmp_path: Path,
+) -> None:
+    # 3e3 and 3k are strings to YAML, 3.0e+3 is a float: all three are 3000 MiB (vir01).
+    workload = "".join(
+        f"---\nkind: Pod\nmetadata: {{name: p{i}}}\nspec:\n  containers:\n    - name: main\n"
+        f"      resources:\n        limits: {{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: {form}}}\n"
+        for i, form in enumerate(["3000", "3k", "3e3", "3.0e+3"])
+    )
+    c = write(tmp_path, "cluster.yaml", CLUSTER)
+    w = write(tmp_path, "workload.yaml", workload)
+    status, out, err = run("plan", "--cluster", c, "--workload", w, "--json")
+    assert (status, err) == (0, "")
+    placed = json.loads(out)["placed"]
+    templates = [p["containers"][0]["devices"][0]["template"] for p in placed]
+    assert templates == ["vir01"] * 4
+
+
 def test_table_output(files: tuple[str, str]) -> None:
     cluster, workload = files
     status, out, _ = run("plan", "--cluster", cluster, "--workload", workload)

@@ -1,6 +1,8 @@
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from vnpu_core import catalog, nodes, protocol
 from vnpu_core.topology import ServerKind
 
@@ -71,6 +73,21 @@ def test_stale_handshake_makes_the_node_unavailable_with_the_age() -> None:
     assert (
         result.unavailable == "device plugin for Ascend910B3 last reported 360 s ago (limit 60 s)"
     )
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "available"),
+    [("1k", True), ("8", True), ("2e1", True), (8, True), ("0", False), ("x", False)],
+)
+def test_allocatable_counts_are_read_in_any_quantity_form(
+    allocatable: object, available: bool
+) -> None:
+    # kube-apiserver stores an allocatable count of 1000 as 1k.
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910B3": register("Ascend910B3", 2)},
+        allocatable={"huawei.com/Ascend910B3": allocatable},
+    )
+    assert (read(obj).unavailable == "") is available
 
 
 def test_no_allocatable_means_unavailable() -> None:

@@ -97,6 +97,16 @@ def test_templates_of_equal_memory_follow_the_ai_cpu_budget() -> None:
     assert templates == ["vir04", "vir04_3c"]
 
 
+def test_memory_in_any_decimal_quantity_form_is_that_many_mib() -> None:
+    # What a manifest says and what kube-apiserver stores (3000 as 3k) plan alike.
+    forms = ["3000", "3k", "3e3", "3000000m", "6k", "6e3"]
+    documents = [pod(f"p{i}", memory=form) for i, form in enumerate(forms)]
+    made = run([node("solo", chips=1)], documents)
+    memory = [p.assignment.containers[0].grants[0].memory_mib for p in made.placements]
+    assert memory == [3072, 3072, 3072, 3072, 6144, 6144]
+    assert made.refusals == ()
+
+
 def test_rejection_names_every_reason_most_common_first() -> None:
     nodes = [node("duo-a"), node("duo-b"), node("mesh", chip="910B3", chips=8)]
     made = run(nodes, [pod("big", word="Ascend910B3", count=16)])
@@ -367,6 +377,18 @@ def bad_pod_spec(**container: object) -> dict[str, Any]:
             [pod("p", memory="4Gi")],
             'documents[0].spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]',
             "4Gi",
+            "pod p container main: write MiB as a plain integer, e.g. 4096",
+        ),
+        (
+            [pod("p", memory="4096Mi")],
+            'documents[0].spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]',
+            "4096Mi",
+            "pod p container main: write MiB as a plain integer, e.g. 4096",
+        ),
+        (
+            [pod("p", memory="1500m")],
+            'documents[0].spec.containers[0].resources.limits["huawei.com/Ascend310P-memory"]',
+            "1500m",
             "pod p container main: write MiB as a plain integer, e.g. 4096",
         ),
         (

@@ -185,3 +185,81 @@ def test_memory_factor_scales_the_request() -> None:
     doubled = catalog.BUILTIN.replace([dataclasses.replace(base, memory_factor=2)])
     (request,) = requests.from_pod(pod(ctr(Ascend310P=1, Ascend310P_memory=2000)), doubled).requests
     assert request.shape == "vir02"
+
+
+@pytest.mark.parametrize(
+    ("memory", "count", "shape", "rounded"),
+    [
+        # kube-apiserver stores 3000 as 3k and 32000 as 32k; every decimal form is the number.
+        ("3000", "1", "vir05_1c_16g", 16384),
+        ("3k", "1", "vir05_1c_16g", 16384),
+        ("3e3", "1", "vir05_1c_16g", 16384),
+        ("3E3", "1", "vir05_1c_16g", 16384),
+        ("32000", "1", "vir10_3c_32g", 32768),
+        ("32k", "1", "vir10_3c_32g", 32768),
+        ("32e3", "1", "vir10_3c_32g", 32768),
+        ("0.032M", "1", "vir10_3c_32g", 32768),
+        ("2.5e3", "1", "vir05_1c_16g", 16384),
+        ("32000000m", "1", "vir10_3c_32g", 32768),
+        (32000.0, 1.0, "vir10_3c_32g", 32768),
+        (None, "2e0", "2 whole chips", 65536),
+        (None, "2000m", "2 whole chips", 65536),
+    ],
+)
+def test_memory_and_count_accept_every_whole_number_form(
+    memory: object, count: object, shape: str, rounded: int
+) -> None:
+    limits: dict[str, object] = {"Ascend910B3": count}
+    if memory is not None:
+        limits["Ascend910B3_memory"] = memory
+    (request,) = parse(pod(ctr(**limits))).requests
+    assert request.shape == shape
+    assert request.memory_mib == rounded
+
+
+def test_soft_core_percent_accepts_decimal_forms() -> None:
+    p = pod(
+        ctr(Ascend310P="1", Ascend310P_memory="4k", Ascend310P_core="5e1"),
+        **{"huawei.com/vnpu-mode": "hami-core"},
+    )
+    (slice_,) = parse(p).requests
+    assert (slice_.memory_mib, slice_.core_percent) == (4000, 50)
+
+
+@pytest.mark.parametrize(
+    ("limits", "resource", "value", "words"),
+    [
+        # Binary units would be read as that many MiB by HAMi and Volcano: refused.
+        ({"Ascend310P": 1, "Ascend310P_memory": "4096Mi"}, "memory", "4096Mi", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "4Ki"}, "memory", "4Ki", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "2.5"}, "memory", "2.5", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "1500m"}, "memory", "1500m", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "2.5e-3"}, "memory", "2.5e-3", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "5e-1"}, "memory", "5e-1", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": 2.5}, "memory", 2.5, "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "4GB"}, "memory", "4GB", "e.g. 4096"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "-3k"}, "memory", "-3k", "between 0 and"),
+        ({"Ascend310P": 1, "Ascend310P_memory": "3e10"}, "memory", "3e10", "between 0 and"),
+        ({"Ascend310P": "1Ki"}, "count", "1Ki", "plain integer"),
+        ({"Ascend310P": "1500m"}, "count", "1500m", "plain integer"),
+        ({"Ascend310P": "1e-3"}, "count", "1e-3", "plain integer"),
+        ({"Ascend310P": 1, "Ascend310P_core": "0.5"}, "core", "0.5", "plain integer"),
+        ({"Ascend310P": 1, "Ascend310P_core": "1Ki"}, "core", "1Ki", "plain integer"),
+    ],
+)
+def test_binary_units_and_fractions_are_refused_naming_the_value(
+    limits: dict[str, object], resource: str, value: object, words: str
+) -> None:
+    names = {
+        "memory": "huawei.com/Ascend310P-memory",
+        "count": "huawei.com/Ascend310P",
+        "core": "huawei.com/Ascend310P-core",
+    }
+    annotations = {"huawei.com/vnpu-mode": "hami-core"} if resource == "core" else {}
+    with pytest.raises(errors.RequestError) as caught:
+        parse(pod(ctr("worker", **limits), **annotations))
+    assert caught.value.container == "worker"
+    assert caught.value.resource == names[resource]
+    assert caught.value.value == value
+    assert words in str(caught.value)
+    assert str(caught.value).startswith(f"container 'worker': {names[resource]}={value}: ")

@@ -5,6 +5,7 @@ Each error carries the data a caller needs (which field, which value), not only 
     VnpuError
     ├── ConfigError        a device-config file is invalid (path inside the file, value)
     ├── ProtocolError      a wire annotation cannot be decoded (key, bad fragment)
+    ├── QuantityError      a resource quantity is not one Kubernetes can read (value)
     ├── RequestError       a pod asks for something malformed or impossible (container, resource, value)
     └── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
 
@@ -38,6 +39,15 @@ class ProtocolError(VnpuError):
         self.fragment = fragment
         self.problem = problem
         super().__init__(f"annotation {key}: {problem} (at {fragment!r})")
+
+
+class QuantityError(VnpuError):
+    """A resource quantity does not follow the Kubernetes grammar (``4096``, ``3k``, ``4Gi``)."""
+
+    def __init__(self, value: object, problem: str) -> None:
+        self.value = value
+        self.problem = problem
+        super().__init__(f"quantity {value!r}: {problem}")
 
 
 class RequestError(VnpuError):

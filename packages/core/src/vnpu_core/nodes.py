@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from vnpu_core import catalog, coordination, errors, inventory, protocol, topology
+from vnpu_core import catalog, coordination, errors, inventory, protocol, quantities, topology
 
 SERVER_KIND_KEY = "vnpu.io/server"
 
@@ -31,10 +31,13 @@ class NodeRead:
 
 
 def _allocatable(obj: Mapping[str, Any], resource: str) -> int:
+    """The allocatable count of ``resource``, in any quantity form (the API stores 1000 as 1k)."""
     raw = ((obj.get("status") or {}).get("allocatable") or {}).get(resource)
+    if raw is None:
+        return 0
     try:
-        return int(str(raw)) if raw is not None else 0
-    except ValueError:
+        return int(quantities.parse(raw).value)
+    except errors.QuantityError:
         return 0
 
 

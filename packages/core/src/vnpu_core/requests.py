@@ -1,24 +1,23 @@
 """What a pod asks for: NPU requests read from a pod object and rounded to what will be created.
 
 Reads a pod as the Kubernetes API returns it (a dict): per container the count
-``huawei.com/<CW>``, memory ``huawei.com/<CW>-memory`` (MiB, a plain integer as HAMi and
-Volcano read it) and soft-mode core percent ``-core``; and the pod annotations for soft
-mode, UUID allow/deny lists and policies. Memory is rounded here, once, the same way the
-webhook, the filter and the bind do it. Called by the allocator's callers: the scheduler,
-the webhook and the planner.
+``huawei.com/<CW>``, memory ``huawei.com/<CW>-memory`` (MiB, a whole number as HAMi and
+Volcano read it, in any decimal quantity form: ``32000``, ``32k``, ``32e3``, which is how
+kube-apiserver may store it) and soft-mode core percent ``-core``; and the pod annotations
+for soft mode, UUID allow/deny lists and policies. Memory is rounded here, once, the same
+way the webhook, the filter and the bind do it. Called by the allocator's callers: the
+scheduler, the webhook and the planner.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from vnpu_core import catalog, errors, protocol
+from vnpu_core import catalog, errors, protocol, quantities
 
-_PLAIN_INT = re.compile(r"^\+?[0-9]+$")
 _MAX_QUANTITY = 2**31 - 1
 
 
@@ -85,20 +84,24 @@ class PodRequest:
 
 
 def parse_quantity(container: str, resource: str, value: object) -> int:
-    """A resource value as a plain non-negative integer, refusing unit suffixes and fractions."""
-    if isinstance(value, bool):
-        raise errors.RequestError(container, resource, value, "must be a plain integer")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and _PLAIN_INT.match(value.strip()):
-        number = int(value.strip())
-    else:
-        hint = (
-            "write MiB as a plain integer, e.g. 4096"
-            if resource.endswith("-memory")
-            else "must be a plain integer"
-        )
+    """A resource value as a non-negative whole number, refusing binary units and fractions.
+
+    Every decimal form of a whole number is that number (``3000``, ``3k``, ``3e3``,
+    ``3000m``): kube-apiserver rewrites ``3000`` as ``3k`` when it stores a pod. Binary units
+    (``4Gi``) are refused: HAMi and Volcano would read ``4Gi`` as 4294967296 MiB.
+    """
+    hint = (
+        "write MiB as a plain integer, e.g. 4096"
+        if resource.endswith("-memory")
+        else "must be a plain integer"
+    )
+    try:
+        quantity = quantities.parse(value.strip() if isinstance(value, str) else value)
+    except errors.QuantityError as exc:
+        raise errors.RequestError(container, resource, value, hint) from exc
+    if quantity.form is quantities.Form.BINARY_SI or not quantity.whole:
         raise errors.RequestError(container, resource, value, hint)
+    number = int(quantity.value)
     if number < 0 or number > _MAX_QUANTITY:
         raise errors.RequestError(
             container, resource, value, f"must be between 0 and {_MAX_QUANTITY}"
