@@ -14,8 +14,9 @@ from types import ModuleType
 from vnpu_sandbox import __version__
 from vnpu_sandbox.apiserver import command as apiserver_command
 from vnpu_sandbox.kubelet import command as kubelet_command
+from vnpu_sandbox.platform import demo, down, status, up
 
-COMMANDS: tuple[ModuleType, ...] = (apiserver_command, kubelet_command)
+COMMANDS: tuple[ModuleType, ...] = (up, status, down, demo, apiserver_command, kubelet_command)
 
 
 def parser() -> argparse.ArgumentParser:

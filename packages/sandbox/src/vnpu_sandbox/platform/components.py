@@ -1,0 +1,237 @@
+"""The command line of every process the sandbox starts, and the files each one needs.
+
+``up`` calls ``plan`` for the list of ``Component`` values in start order and writes each
+node's simulated chips with ``write_chips``. Every vnpu part runs as its own real command
+(``python -m vnpu_device_plugin`` and so on) with the interpreter running ``up``, so the
+sandbox exercises exactly what an operator deploys; only the chips and the kubelet are
+simulated. Each component names how to tell it is ready: an HTTP URL that answers 200, or
+nothing (then running is enough).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from vnpu_sandbox.platform import clusterfile, layout
+
+LOOPBACK = "127.0.0.1"
+EXPORTER_FAST_GROUPS = ("vnpus", "pods", "pod_resources", "ownership")
+EXPORTER_REFRESH_SECONDS = 2.0
+"""The exporter's allocation groups refresh this often here (10 s by default), so a person
+watching the sandbox sees a pod's allocation in Prometheus within a few seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One process to start: its name (also its log's), argv and readiness URL."""
+
+    name: str
+    argv: tuple[str, ...]
+    ready_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """The loopback ports of one sandbox: one per listener, chosen before anything starts."""
+
+    api: int
+    scheduler: int
+    prometheus: int
+    device_plugins: dict[str, int]
+    exporters: dict[str, int]
+
+    def as_dict(self) -> dict[str, int]:
+        ports = {"api": self.api, "scheduler": self.scheduler}
+        if self.prometheus:
+            ports["prometheus"] = self.prometheus
+        for node, port in self.device_plugins.items():
+            ports[f"device-plugin/{node}"] = port
+        for node, port in self.exporters.items():
+            ports[f"exporter/{node}"] = port
+        return ports
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def choose_ports(
+    nodes: Sequence[clusterfile.NodeSpec], api: int = 0, prometheus: int | None = 0
+) -> Ports:
+    """Ports for every listener; 0 picks a free one, None (Prometheus) means none."""
+    return Ports(
+        api=api or free_port(),
+        scheduler=free_port(),
+        prometheus=0 if prometheus is None else prometheus or free_port(),
+        device_plugins={n.name: free_port() for n in nodes},
+        exporters={n.name: free_port() for n in nodes},
+    )
+
+
+def url(port: int, path: str = "") -> str:
+    return f"http://{LOOPBACK}:{port}{path}"
+
+
+def _python(module: str, *args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", module, *args)
+
+
+def api_server(ports: Ports) -> Component:
+    argv = _python("vnpu_sandbox", "apiserver", "--host", LOOPBACK, "--port", str(ports.api))
+    return Component("apiserver", argv, url(ports.api, "/readyz"))
+
+
+def services(
+    where: layout.Layout,
+    nodes: Sequence[clusterfile.NodeSpec],
+    ports: Ports,
+    prometheus: str | None,
+) -> list[Component]:
+    """Everything that starts once the API answers, in start order."""
+    kubeconfig = str(where.kubeconfig)
+    out = [
+        Component(
+            "vnpu-scheduler",
+            _python(
+                "vnpu_scheduler",
+                "--kubeconfig",
+                kubeconfig,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(ports.scheduler),
+            ),
+            url(ports.scheduler, "/readyz"),
+        ),
+        Component(
+            "controllers", _python("vnpu_sandbox", "controllers", "--kubeconfig", kubeconfig)
+        ),
+        Component(
+            "scheduling-driver",
+            _python(
+                "vnpu_sandbox",
+                "scheduler",
+                "--config",
+                str(where.kube_scheduler_config),
+                "--kubeconfig",
+                kubeconfig,
+            ),
+        ),
+    ]
+    for node in nodes:
+        out.extend(node_agents(where, node, ports))
+    if prometheus is not None and ports.prometheus:
+        data = where.prometheus / "data"
+        argv = (
+            prometheus,
+            f"--config.file={where.prometheus / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address={LOOPBACK}:{ports.prometheus}",
+            "--web.enable-lifecycle",
+        )
+        out.append(Component("prometheus", argv, url(ports.prometheus, "/-/ready")))
+    return out
+
+
+def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) -> list[Component]:
+    """The simulated kubelet, the device plugin and the exporter of one node."""
+    dirs = where.node(node.name)
+    kubeconfig = str(where.kubeconfig)
+    kubelet = _python(
+        "vnpu_sandbox",
+        "kubelet",
+        "--node",
+        node.name,
+        "--kubeconfig",
+        kubeconfig,
+        "--device-plugin-dir",
+        str(dirs.device_plugins),
+        "--pod-resources-socket",
+        str(dirs.pod_resources_socket),
+        "--state-dir",
+        str(dirs.kubelet_state),
+        "--label",
+        f"vnpu.io/chip-model={node.model}",
+    )
+    plugin = _python(
+        "vnpu_device_plugin",
+        "--node-name",
+        node.name,
+        "--backend",
+        "sim",
+        "--sim-dir",
+        str(dirs.sim),
+        "--device-plugin-dir",
+        str(dirs.device_plugins),
+        "--pod-resources-socket",
+        str(dirs.pod_resources_socket),
+        "--kubeconfig",
+        kubeconfig,
+        "--state-dir",
+        str(dirs.plugin_state),
+        "--metrics-host",
+        LOOPBACK,
+        "--metrics-port",
+        str(ports.device_plugins[node.name]),
+        "--hami-vnpu-core" if node.soft else "--no-hami-vnpu-core",
+        "--hami-core-dir",
+        str(dirs.hami_core),
+        "--hami-shared-dir",
+        str(dirs.hami_shared),
+    )
+    exporter = _python(
+        "vnpu_exporter",
+        "--node-name",
+        node.name,
+        "--backend",
+        "sim",
+        "--sim-dir",
+        str(dirs.sim),
+        "--pod-resources-socket",
+        str(dirs.pod_resources_socket),
+        "--kubeconfig",
+        kubeconfig,
+        "--device-plugin-state-dir",
+        str(dirs.plugin_state),
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(ports.exporters[node.name]),
+        *(f"--interval={group}={EXPORTER_REFRESH_SECONDS:g}" for group in EXPORTER_FAST_GROUPS),
+    )
+    return [
+        Component(f"kubelet-{node.name}", kubelet),
+        Component(
+            f"device-plugin-{node.name}",
+            plugin,
+            url(ports.device_plugins[node.name], "/healthz"),
+        ),
+        Component(f"exporter-{node.name}", exporter, url(ports.exporters[node.name], "/healthz")),
+    ]
+
+
+def write_chips(dirs: layout.NodeDirs, node: clusterfile.NodeSpec) -> None:
+    """The simulated chips of a node (``chips.yaml``, read by the plugin and the exporter)."""
+    dirs.sim.mkdir(parents=True, exist_ok=True)
+    for path in (dirs.device_plugins, dirs.pod_resources_socket.parent, dirs.hami_core):
+        path.mkdir(parents=True, exist_ok=True)
+    chips = {"chip": node.model, "chips": node.chips, "server": node.server, "seed": node.name}
+    (dirs.sim / "chips.yaml").write_text(yaml.safe_dump(chips, sort_keys=False), encoding="utf-8")
+
+
+def longest_socket(where: layout.Layout, nodes: Sequence[clusterfile.NodeSpec]) -> Path | None:
+    """The longest unix socket path the nodes will use, when it is too long for Linux."""
+    paths = [where.node(n.name).device_plugins / f"vnpu-{n.common_word}.sock" for n in nodes] + [
+        where.node(n.name).pod_resources_socket for n in nodes
+    ]
+    longest = max(paths, key=lambda p: len(str(p)))
+    return longest if len(str(longest)) > layout.SOCKET_PATH_MAX else None

@@ -1,0 +1,271 @@
+"""``vnpu-sandbox demo``: a scenario of pods sharing NPUs on a running sandbox, with kubectl.
+
+``make demo`` runs it after ``vnpu-sandbox up --cluster examples/cluster.yaml``. It applies
+the manifests of ``--manifests`` (inference Deployments of several templates, a multi-chip
+training pod, soft slices and pods no node can take), waits until every pod is Running or
+refused, prints where each landed (node, chip, template), the scheduler's reasons for the
+refused ones and the allocation per chip model, scales one Deployment down and another up
+into the freed space, prints the same again, asks the sandbox's Prometheus a few questions
+and ends with the commands to explore further. Exit status 0, 1 when a step fails (the
+message says which), 2 when there is no ready sandbox in ``--dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from vnpu_core import ledger
+from vnpu_sandbox.platform import kubectl, layout, placements, probes, up
+
+NAME = "demo"
+HELP = "Run the NPU-sharing scenario on a sandbox started by `vnpu-sandbox up`."
+
+SETTLE_SECONDS = 120.0
+SCALES = (("docs", "chat-7b", 2), ("docs", "ocr-forms", 16))
+QUERIES = (
+    (
+        "memory allocated / capacity per chip model (GiB)",
+        "sum by (model) (vnpu_chip_allocated_memory_bytes) / 2^30",
+        "sum by (model) (vnpu_chip_memory_total_bytes) / 2^30",
+    ),
+    (
+        "AI cores allocated / capacity per chip model",
+        "sum by (model) (vnpu_chip_allocated_aicores)",
+        "sum by (model) (vnpu_chip_aicores)",
+    ),
+    ("vNPUs the driver holds, per template", "sum by (template) (vnpu_chip_vnpu_templates)", ""),
+)
+
+Json = dict[str, Any]
+
+
+class DemoError(Exception):
+    """A step of the scenario failed; the message names the step."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    up.add_dir_flag(parser)
+    parser.add_argument(
+        "--manifests",
+        type=Path,
+        default=Path("examples/demo"),
+        metavar="DIR",
+        help="the manifests to apply, in file-name order (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    where = layout.Layout.at(args.dir)
+    try:
+        record = layout.read(where)
+    except layout.RecordError as exc:
+        print(f"vnpu-sandbox demo: {exc}", file=sys.stderr)
+        return 2
+    if record is None or not record.ready:
+        print(f"vnpu-sandbox demo: no ready sandbox in {where.root}; run `vnpu-sandbox up`")
+        return 2
+    try:
+        Scenario(record, kubectl.Kubectl(record.kubeconfig), args.manifests).play()
+    except (DemoError, kubectl.KubectlError) as exc:
+        print(f"vnpu-sandbox demo: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def heading(text: str) -> None:
+    print(f"\n== {text}")
+
+
+class Scenario:
+    def __init__(self, record: layout.Record, ctl: kubectl.Kubectl, manifests: Path) -> None:
+        self.record = record
+        self.ctl = ctl
+        self.manifests = manifests
+        self.record_dir = Path(record.kubeconfig).parent
+
+    def play(self) -> None:
+        heading("The cluster")
+        print(self.ctl.run(["get", "nodes", "-L", "vnpu.io/chip-model"]).rstrip())
+        self.show_use("Allocation before")
+        heading(f"kubectl apply --validate=false -f {self.manifests}/")
+        print(self.ctl.run(["apply", "--validate=false", "-f", str(self.manifests)]).rstrip())
+        pods = self.settle()
+        self.show_placements(pods)
+        self.show_refused(pods)
+        before = {self.key(p) for p in pods}
+        heading("Scale: " + ", ".join(f"{name} to {n}" for _, name, n in SCALES))
+        for namespace, name, replicas in SCALES:
+            self.ctl.run(["scale", "deployment", name, "-n", namespace, f"--replicas={replicas}"])
+            print(f"kubectl scale deployment {name} -n {namespace} --replicas={replicas}")
+        pods = self.settle()
+        after = {self.key(p) for p in pods}
+        print(f"{len(before - after)} pods removed, {len(after - before)} created:")
+        self.show_placements([p for p in pods if self.key(p) in after - before])
+        self.show_use("Allocation after")
+        self.show_prometheus(pods)
+        self.show_explore()
+
+    @staticmethod
+    def key(pod: Json) -> str:
+        return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+    def settle(self) -> list[Json]:
+        """The scenario's pods once each is Running or refused, every Deployment complete."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            pods = [p for p in self.ctl.items(["get", "pods", "-A"]) if _ours(p)]
+            waiting = [self.key(p) for p in pods if not _settled(p)]
+            deployments = self.ctl.items(["get", "deployments", "-A"])
+            short = [
+                d["metadata"]["name"]
+                for d in deployments
+                if (d.get("status") or {}).get("replicas", 0) != d["spec"].get("replicas", 1)
+            ]
+            if not waiting and not short:
+                return pods
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"pods not settled after {SETTLE_SECONDS:g} s: "
+                    + ", ".join((waiting + short)[:8])
+                )
+            time.sleep(0.5)
+
+    def show_placements(self, pods: Iterable[Json]) -> None:
+        by_uuid = placements.chips(self.ctl.items(["get", "nodes"]))
+        rows = [placements.placement(p, by_uuid) for p in pods]
+        placed = sorted((r for r in rows if r.node), key=lambda r: (r.node, r.holds, r.name))
+        heading(f"Where the pods landed ({len(placed)} of {len(rows)} placed)")
+        node = None
+        for row in placed:
+            if row.node != node:
+                node = row.node
+                print(f"{node}")
+            print(f"  {row.namespace + '/' + row.name:<42} {row.phase:<8} {'; '.join(row.holds)}")
+
+    def show_refused(self, pods: Iterable[Json]) -> None:
+        refused = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
+        heading(f"Refused ({len(refused)}), as `kubectl describe pod` explains them")
+        for pod in refused:
+            meta = pod["metadata"]
+            events = self.ctl.items(
+                [
+                    "get", "events", "-n", meta["namespace"],
+                    "--field-selector",
+                    f"involvedObject.name={meta['name']},reason=FailedScheduling",
+                ]
+            )  # fmt: skip
+            message = events[-1]["message"] if events else _condition_message(pod)
+            print(f"{self.key(pod)}:\n  {message}")
+
+    def show_use(self, title: str) -> None:
+        pods = self.ctl.items(["get", "pods", "-A"])
+        use = placements.model_use(pods, self.ctl.items(["get", "nodes"]))
+        heading(title)
+        print(f"{'MODEL':<14} {'CHIPS IN USE':<13} {'MEMORY ALLOCATED':<24} HOLDINGS")
+        for model in use.values():
+            memory = f"{model.memory_allocated_mib / 1024:.0f} of {model.memory_mib / 1024:.0f} GiB"
+            share = model.memory_allocated_mib / model.memory_mib if model.memory_mib else 0.0
+            holdings = f"{model.vnpus} vNPUs, {model.whole_chips} whole, {model.soft_slices} soft"
+            print(
+                f"{model.common_word:<14} {f'{model.chips_used}/{model.chips}':<13} "
+                f"{f'{memory} ({share:.0%})':<24} {holdings}"
+            )
+
+    def show_prometheus(self, pods: list[Json]) -> None:
+        url = self.record.prometheus_url
+        if url is None:
+            heading("Prometheus: not running in this sandbox (not on PATH)")
+            return
+        held = sum(len(h) for h in _holdings(pods))
+        heading(f"Prometheus ({url}), once it has scraped the {held} allocations")
+        seen = _wait_for(lambda: _scalar(url, "sum(vnpu_chip_allocations)") == held, 60.0)
+        if not seen:
+            print("  (the exporters' figures have not reached Prometheus yet; shown as they are)")
+        for title, allocated, capacity in QUERIES:
+            print(f"{title}:\n  {allocated}" + (f"\n  {capacity}" if capacity else ""))
+            totals = _vector(url, capacity) if capacity else {}
+            for labels, value in sorted(_vector(url, allocated).items()):
+                of = f" of {totals[labels]:g}" if labels in totals else ""
+                print(f"    {labels:<24} {value:g}{of}")
+
+    def show_explore(self) -> None:
+        heading("Explore")
+        print(f"  export KUBECONFIG={self.record.kubeconfig}")
+        print("  kubectl get pods -A -o wide")
+        print("  kubectl describe pod -n vision llama-70b-16card")
+        print("  kubectl get node NODE -o yaml       # the chips its device plugin registered")
+        if self.record.prometheus_url:
+            print(f"  Prometheus: {self.record.prometheus_url}/graph")
+        print(f"  vnpu-sandbox status --dir {self.record_dir}")
+        print(f"  vnpu-sandbox down --dir {self.record_dir}    # stop everything")
+
+
+def _ours(pod: Json) -> bool:
+    return bool(pod["metadata"].get("namespace") != "kube-system")
+
+
+def _settled(pod: Json) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Failed", "Succeeded"):
+        return True
+    conditions = status.get("conditions") or []
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
+
+
+def _condition_message(pod: Json) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return str(condition.get("message", ""))
+    return "(no event yet)"
+
+
+def _holdings(pods: Iterable[Json]) -> list[dict[str, Any]]:
+    out = []
+    for pod in pods:
+        held = ledger.read_pod(pod, placements.MODELS)
+        if isinstance(held, dict) and (pod.get("spec") or {}).get("nodeName"):
+            out.append(held)
+    return out
+
+
+def _query(url: str, promql: str) -> list[Json]:
+    answer = probes.get_json(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}")
+    if answer.get("status") != "success":
+        raise DemoError(f"Prometheus refused {promql!r}: {json.dumps(answer)[:200]}")
+    result: list[Json] = answer["data"]["result"]
+    return result
+
+
+def _vector(url: str, promql: str) -> dict[str, float]:
+    return {
+        ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items())) or "{}": float(r["value"][1])
+        for r in _query(url, promql)
+    }
+
+
+def _scalar(url: str, promql: str) -> float | None:
+    try:
+        result = _query(url, promql)
+    except (OSError, ValueError, DemoError):
+        return None
+    return float(result[0]["value"][1]) if result else None
+
+
+def _wait_for(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(1.0)
+    return False

@@ -1,0 +1,66 @@
+"""Is the sandbox ready? HTTP health checks and the nodes' state as the API reports it.
+
+``up`` polls these until everything answers (or its timeout passes), ``status`` asks once.
+A node is ready when its Ready condition is True, its NPUs are in allocatable (the device
+plugin registered with the kubelet) and its device plugin has published the chip inventory
+the scheduler reads (``hami.io/node-register-<CW>``). Plain ``urllib`` is enough: the API
+emulator needs no credentials and this runs before any client library would be of use.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from vnpu_sandbox.platform import clusterfile
+
+REGISTER_PREFIX = "hami.io/node-register-"
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return int(answer.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def get_json(url: str, timeout: float = 5.0) -> Any:
+    """The JSON document at ``url``; raises OSError (URLError included) or ValueError."""
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        return json.loads(answer.read())
+
+
+def node_problems(api_url: str, nodes: Sequence[clusterfile.NodeSpec]) -> dict[str, str]:
+    """What keeps each node from being ready, by node name (empty when every node is)."""
+    try:
+        listed = get_json(f"{api_url}/api/v1/nodes")
+    except (OSError, ValueError) as exc:
+        return {n.name: f"cannot list nodes: {exc}" for n in nodes}
+    by_name = {item["metadata"]["name"]: item for item in listed.get("items", [])}
+    problems = {}
+    for node in nodes:
+        problem = _problem(by_name.get(node.name), node)
+        if problem:
+            problems[node.name] = problem
+    return problems
+
+
+def _problem(obj: dict[str, Any] | None, node: clusterfile.NodeSpec) -> str:
+    if obj is None:
+        return "not registered by its kubelet yet"
+    conditions = obj.get("status", {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "not Ready"
+    allocatable = obj.get("status", {}).get("allocatable") or {}
+    if str(allocatable.get(node.resource, "0")) in ("0", ""):
+        return f"no {node.resource} in allocatable yet (device plugin not registered)"
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if f"{REGISTER_PREFIX}{node.common_word}" not in annotations:
+        return "device plugin has not published its chips yet"
+    return ""

@@ -1,0 +1,267 @@
+"""``vnpu-sandbox up``: start the whole platform on one machine and say how to use it.
+
+``vnpu_sandbox.cli`` registers this subcommand. It reads the cluster file (default: the
+three-node ``cluster.yaml`` beside this module), refuses a directory whose sandbox still
+runs, starts the API emulator, registers vnpu-scheduler's webhooks (url form), writes the
+kube-scheduler and Prometheus configurations, starts every other component and waits until
+each answers and every node is Ready with its NPUs published. Then it prints the kubeconfig
+to export, every port and where the logs are, and exits, leaving the sandbox running.
+
+Exit status: 0 up, 1 a component failed (the message names it and shows the end of its log;
+everything started is stopped again), 2 bad input (cluster file, directory, flags), 130
+interrupted (everything started is stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.platform import (
+    clusterfile,
+    components,
+    layout,
+    manifests,
+    probes,
+    processes,
+    startup,
+)
+
+NAME = "up"
+HELP = "Start the whole vnpu platform on simulated nodes (API, kubelets, plugins, scheduler...)."
+
+DEFAULT_CLUSTER = Path(__file__).with_name("cluster.yaml")
+DEFAULT_DIR = Path(".vnpu-sandbox")
+DEFAULT_ALERT_RULES = Path("deploy/alerts/vnpu-alerts.yaml")
+_WEBHOOK_PATHS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+}
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from exc
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port from 0 to 65535")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        default=DEFAULT_CLUSTER,
+        metavar="FILE",
+        help="cluster file in the shape `vnpu plan --cluster` reads (default: 3 small nodes)",
+    )
+    add_dir_flag(parser)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up when not ready after this long (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--api-port", type=_port, default=0, help="API emulator port (default: a free one)"
+    )
+    parser.add_argument(
+        "--prometheus-port", type=_port, default=0, help="Prometheus port (default: a free one)"
+    )
+    parser.add_argument(
+        "--no-prometheus", action="store_true", help="do not start Prometheus even if installed"
+    )
+    parser.add_argument(
+        "--alert-rules",
+        type=Path,
+        metavar="FILE",
+        help=f"alert rules Prometheus loads (default: {DEFAULT_ALERT_RULES} when it exists)",
+    )
+
+
+def add_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        metavar="DIR",
+        help="the sandbox's directory: record, kubeconfig, logs, node files (default: %(default)s)",
+    )
+
+
+def _fail(message: str, status: int = 2) -> int:
+    print(f"vnpu-sandbox up: {message}", file=sys.stderr)
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    began = time.monotonic()
+    where = layout.Layout.at(args.dir)
+    try:
+        nodes = clusterfile.read(args.cluster)
+        existing = layout.read(where)
+    except (clusterfile.ClusterFileError, layout.RecordError) as exc:
+        return _fail(str(exc))
+    if existing is not None:
+        live = [p for p in existing.processes if processes.alive(p)]
+        if live:
+            return _fail(
+                f"a sandbox is already running in {where.root} ({len(live)} processes, "
+                f"API {existing.api_url}); see `vnpu-sandbox status --dir {args.dir}`, "
+                f"stop it with `vnpu-sandbox down --dir {args.dir}`",
+                status=1,
+            )
+    too_long = components.longest_socket(where, nodes)
+    if too_long is not None:
+        return _fail(
+            f"--dir {args.dir}: the unix socket {too_long} would be {len(str(too_long))} "
+            f"characters, over Linux's {layout.SOCKET_PATH_MAX}; use a shorter directory"
+        )
+    prometheus, rules, notes = _prometheus(args)
+    if rules is not None and not rules.is_file():
+        return _fail(f"--alert-rules {rules}: no such file")
+    for stale in ("nodes", "logs", "prometheus"):
+        shutil.rmtree(where.root / stale, ignore_errors=True)
+    ports = components.choose_ports(
+        nodes, api=args.api_port, prometheus=None if prometheus is None else args.prometheus_port
+    )
+    api_url = components.url(ports.api)
+    record = layout.Record(
+        api_url=api_url,
+        kubeconfig=str(where.kubeconfig),
+        cluster_file=str(Path(args.cluster).resolve()),
+        nodes=list(nodes),
+        ports=ports.as_dict(),
+        prometheus_url=components.url(ports.prometheus) if prometheus else None,
+    )
+    run_ = startup.Startup(where, record)
+    try:
+        _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
+    except startup.StartError as exc:
+        run_.stop_all()
+        where.record.unlink(missing_ok=True)
+        return _fail(f"{exc}\neverything started was stopped; logs are in {where.logs}", 1)
+    except KeyboardInterrupt:
+        run_.stop_all()
+        where.record.unlink(missing_ok=True)
+        return _fail("interrupted; everything started was stopped", 130)
+    record.ready = True
+    layout.write(where, record)
+    print(summary(where, record, nodes, time.monotonic() - began, notes))
+    return 0
+
+
+def _prometheus(args: argparse.Namespace) -> tuple[str | None, Path | None, list[str]]:
+    """The Prometheus binary to run (None: none), the alert rules to load, and notes."""
+    if args.no_prometheus:
+        return None, None, ["Prometheus not started (--no-prometheus)"]
+    binary = shutil.which("prometheus")
+    if binary is None:
+        return None, None, ["Prometheus is not on PATH: metrics are served but not scraped"]
+    rules = args.alert_rules
+    if rules is None and DEFAULT_ALERT_RULES.is_file():
+        rules = DEFAULT_ALERT_RULES
+    notes = [] if rules is not None else ["no alert rules loaded (--alert-rules FILE)"]
+    return binary, rules.resolve() if rules is not None else None, notes
+
+
+def _bring_up(
+    run_: startup.Startup,
+    where: layout.Layout,
+    nodes: tuple[clusterfile.NodeSpec, ...],
+    ports: components.Ports,
+    prometheus: str | None,
+    rules: Path | None,
+    timeout: float,
+) -> None:
+    deadline = time.monotonic() + timeout
+    run_.start(components.api_server(ports))
+    run_.wait_ready(timeout, names=["apiserver"])
+    harness.write_kubeconfig(where.kubeconfig, run_.record.api_url)
+    scheduler_url = components.url(ports.scheduler)
+    for document in manifests.webhook_configurations(scheduler_url):
+        _create(run_.record.api_url, document)
+    _write_yaml(where.kube_scheduler_config, manifests.kube_scheduler_config(scheduler_url))
+    if prometheus is not None:
+        config = manifests.prometheus_config(
+            f"{components.LOOPBACK}:{ports.scheduler}",
+            [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.device_plugins.items()],
+            [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.exporters.items()],
+            [str(rules)] if rules is not None else [],
+        )
+        _write_yaml(where.prometheus / "prometheus.yml", config)
+    for node in nodes:
+        components.write_chips(where.node(node.name), node)
+    for component in components.services(where, nodes, ports, prometheus):
+        run_.start(component)
+    run_.wait_ready(
+        max(deadline - time.monotonic(), 1.0),
+        extra=lambda: probes.node_problems(run_.record.api_url, nodes),
+        progress=lambda line: print(f"vnpu-sandbox up: {line}", file=sys.stderr),
+    )
+
+
+def _create(api_url: str, document: dict[str, object]) -> None:
+    kind = str(document["kind"])
+    request = urllib.request.Request(
+        f"{api_url}/apis/admissionregistration.k8s.io/v1/{_WEBHOOK_PATHS[kind]}",
+        data=json.dumps(document).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise startup.StartError("apiserver", f"cannot register the {kind}: {exc}") from exc
+
+
+def _write_yaml(path: Path, document: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+
+def summary(
+    where: layout.Layout,
+    record: layout.Record,
+    nodes: tuple[clusterfile.NodeSpec, ...],
+    seconds: float,
+    notes: list[str],
+) -> str:
+    """What ``up`` prints once ready: how to use the sandbox, its ports and logs."""
+    lines = [
+        f"vnpu sandbox is up in {seconds:.1f} s: {len(nodes)} nodes in {where.root}",
+        "",
+        f"  export KUBECONFIG={where.kubeconfig}",
+        "  kubectl get nodes",
+        "",
+        f"  API emulator     {record.api_url}",
+        f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
+        "  (extender, webhooks, /metrics)",
+    ]
+    if record.prometheus_url:
+        lines.append(f"  Prometheus       {record.prometheus_url}")
+    for node in nodes:
+        plugin = record.ports[f"device-plugin/{node.name}"]
+        exporter = record.ports[f"exporter/{node.name}"]
+        mode = "soft slices" if node.soft else "hard vNPUs"
+        lines.append(
+            f"  node {node.name:<12} {node.chips} x {node.model} ({node.server}, {mode});"
+            f" device plugin :{plugin}, exporter :{exporter}"
+        )
+    lines += ["", f"  logs: {where.logs}/<component>.log"]
+    lines += [f"  note: {note}" for note in notes]
+    lines += ["", f"  stop it with: vnpu-sandbox down --dir {where.root}"]
+    return "\n".join(lines)
