@@ -1,0 +1,163 @@
+"""End to end through the running sandbox: pods share chips, are explained, observed, freed.
+
+Every part runs as its real process (``vnpu-sandbox up``); the test only uses kubectl, HTTP
+and the simulated chips' files, as a person trying the platform would.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from vnpu_core import protocol
+from vnpu_sandbox.platform import layout, processes
+
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_kubectl, pytest.mark.timeout(180)]
+
+PODS = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: ocr}
+spec:
+  containers:
+    - name: ocr
+      image: x
+      resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 2000}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: asr}
+spec:
+  containers:
+    - name: asr
+      image: x
+      resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 5000}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: train}
+spec:
+  containers:
+    - name: trainer
+      image: x
+      resources: {limits: {huawei.com/Ascend910B3: 2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: rerank, annotations: {huawei.com/vnpu-mode: hami-core}}
+spec:
+  containers:
+    - name: rerank
+      image: x
+      resources:
+        limits:
+          huawei.com/Ascend910B4: 1
+          huawei.com/Ascend910B4-memory: 8192
+          huawei.com/Ascend910B4-core: 25
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: too-big}
+spec:
+  containers:
+    - name: llm
+      image: x
+      resources: {limits: {huawei.com/Ascend910B3: 16}}
+"""
+PLACED = {"ocr": "duo", "asr": "duo", "train": "a2", "rerank": "soft"}
+
+
+def _running(sandbox: Any, names: set[str]) -> dict[str, dict[str, object]] | None:
+    pods = sandbox.pods()
+    if all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
+        return pods
+    return None
+
+
+def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
+    sandbox.apply(PODS)
+    pods = sandbox.wait_for(
+        lambda: _running(sandbox, set(PLACED)), "the placeable pods Running", 60
+    )
+
+    for name, node in PLACED.items():
+        assert pods[name]["spec"]["nodeName"] == node
+        assert pods[name]["spec"]["schedulerName"] == "vnpu-scheduler"
+    annotations = pods["ocr"]["metadata"]["annotations"]
+    allocated = protocol.decode_devices(
+        protocol.allocated_key("Ascend310P"), annotations[protocol.allocated_key("Ascend310P")]
+    )
+    assert [d.memory_mib for d in allocated[0]] == [3072]  # 2000 MiB rounded to vir01
+    runtime = annotations[protocol.runtime_key("Ascend310P")]
+    assert '"vir01"' in runtime
+    # The webhook rounded the request as it will be held.
+    limits = pods["asr"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["huawei.com/Ascend310P-memory"] in ("6144", "6144Mi")
+
+    # The simulated chips hold the two vNPUs, the device plugin's ledger owns them.
+    templates = sorted(v.template for v in sandbox.vnpus("duo"))
+    assert templates == ["vir01", "vir02"]
+    assert len(sandbox.ledger_records("duo")) == 2
+    assert sandbox.vnpus("a2") == []  # whole chips: no vNPU
+
+    # The impossible pod is explained in kube-scheduler's words with the extender's reasons.
+    def refusal() -> str:
+        events = sandbox.ctl.items(
+            ["get", "events", "--field-selector", "involvedObject.name=too-big"]
+        )
+        found = [e["message"] for e in events if e.get("reason") == "FailedScheduling"]
+        return found[-1] if found else ""
+
+    message = sandbox.wait_for(refusal, "a FailedScheduling event for too-big")
+    assert message.startswith("0/3 nodes are available: "), message
+    assert "Ascend910B3" in message
+    described = sandbox.ctl.run(["describe", "pod", "too-big"])
+    assert "FailedScheduling" in described
+
+    # The exporters report the allocations.
+    duo = sandbox.metrics("duo")
+    assert re.search(r'vnpu_chip_vnpu_templates\{[^}]*template="vir01"[^}]*\} 1', duo), duo
+    assert re.search(r'vnpu_allocation_info\{[^}]*pod="ocr"', duo)
+
+    if sandbox.record.prometheus_url is not None:
+
+        def allocations() -> float:
+            result = sandbox.promql("sum(vnpu_chip_allocations)")
+            return float(result[0]["value"][1]) if result else -1.0
+
+        # ocr, asr: one chip each; train: two chips; rerank: one soft slice.
+        sandbox.wait_for(lambda: allocations() == 5, "Prometheus to count 5 allocations", 60)
+        by_model = {
+            r["metric"]["model"]: float(r["value"][1])
+            for r in sandbox.promql("sum by (model) (vnpu_chip_allocated_memory_bytes)")
+        }
+        assert by_model["310P3"] == (3072 + 6144) * 2**20, by_model
+
+    # Deleting the pods frees every vNPU on the chips and in the ledgers.
+    sandbox.ctl.run(["delete", "pod", "ocr", "asr", "train", "rerank", "too-big", "--wait=false"])
+    sandbox.wait_for(lambda: not sandbox.vnpus("duo"), "the vNPUs destroyed", 30)
+    sandbox.wait_for(lambda: not sandbox.ledger_records("duo"), "the ledger emptied", 30)
+    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
+
+
+def test_second_up_on_a_live_directory_is_refused(sandbox: Any) -> None:
+    again = sandbox.command("up", "--dir", str(sandbox.directory))
+    assert again.returncode == 1
+    assert "already running" in again.stderr
+    status = sandbox.command("status", "--dir", str(sandbox.directory))
+    assert status.returncode == 0, status.stdout
+    assert "Ready, NPUs published" in status.stdout
+
+
+def test_down_stops_every_process_and_nothing_else(sandbox: Any) -> None:
+    record = layout.read(layout.Layout.at(sandbox.directory))
+    assert record is not None
+    assert all(processes.alive(p) for p in record.processes)
+    stopped = sandbox.command("down", "--dir", str(sandbox.directory))
+    assert stopped.returncode == 0, stopped.stderr
+    assert not [p.name for p in record.processes if processes.alive(p)]
+    assert layout.read(layout.Layout.at(sandbox.directory)) is None
+    again = sandbox.command("down", "--dir", str(sandbox.directory))
+    assert "nothing to stop" in again.stdout
