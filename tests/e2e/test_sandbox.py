@@ -142,6 +142,56 @@ def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
     sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
 
 
+CHURN_ROUNDS = 20
+CHURN_PODS = 8
+
+
+def _churn_pods(round_: int) -> str:
+    """Eight pods for the 910B3 node: whole chips on even rounds, vir10_3c_32g on odd ones."""
+    limits = (
+        "{huawei.com/Ascend910B3: 1}"
+        if round_ % 2 == 0
+        else "{huawei.com/Ascend910B3: 1, huawei.com/Ascend910B3-memory: 30000}"
+    )
+    return "".join(
+        f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: churn-{round_}-{i}, labels: {{round: "{round_}"}}}}
+spec:
+  containers: [{{name: c, image: x, resources: {{limits: {limits}}}}}]
+"""
+        for i in range(CHURN_PODS)
+    )
+
+
+@pytest.mark.timeout(400)
+def test_pods_scheduled_into_space_freed_at_the_same_moment_never_fail(sandbox: Any) -> None:
+    """Delete eight pods and create eight into their space at once, 20 rounds: none fails.
+
+    Whole-chip rounds need all eight chips, while the vNPUs of the previous round's pods
+    still exist on four of them until the device plugin reclaims them.
+    """
+    sandbox.apply(_churn_pods(0))
+    names = {f"churn-0-{i}" for i in range(CHURN_PODS)}
+    sandbox.wait_for(lambda: _running(sandbox, names), "round 0 Running", 60)
+    for round_ in range(1, CHURN_ROUNDS + 1):
+        sandbox.ctl.run(["delete", "pods", "-l", f"round={round_ - 1}", "--wait=false"])
+        sandbox.apply(_churn_pods(round_))
+        names = {f"churn-{round_}-{i}" for i in range(CHURN_PODS)}
+
+        def settled(names: set[str] = names) -> dict[str, Any] | None:
+            pods = sandbox.pods()
+            failed = [n for n, p in pods.items() if p.get("status", {}).get("phase") == "Failed"]
+            assert not failed, {n: pods[n]["status"] for n in failed}
+            return _running(sandbox, names)
+
+        sandbox.wait_for(settled, f"round {round_} Running", 60)
+    sandbox.ctl.run(["delete", "pods", "-l", f"round={CHURN_ROUNDS}", "--wait=false"])
+    sandbox.wait_for(lambda: not sandbox.pods(), "the churn pods gone", 30)
+    sandbox.wait_for(lambda: not sandbox.vnpus("a2"), "no vNPU left on a2", 30)
+
+
 def test_second_up_on_a_live_directory_is_refused(sandbox: Any) -> None:
     again = sandbox.command("up", "--dir", str(sandbox.directory))
     assert again.returncode == 1

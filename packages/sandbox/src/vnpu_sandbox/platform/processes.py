@@ -98,13 +98,11 @@ def stop(processes: Sequence[Process], grace: float = 10.0) -> list[Process]:
         _signal(process, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while running and time.monotonic() < deadline:
-        _reap()
         running = [p for p in running if alive(p)]
         if running:
             time.sleep(0.05)
     for process in running:
         _signal(process, signal.SIGKILL)
-    _reap()
     return running
 
 
@@ -112,13 +110,3 @@ def _signal(process: Process, number: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(process.pid, number)
 
-
-def _reap() -> None:
-    """Collect exited children of this process (when ``up`` itself stops what it started)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
