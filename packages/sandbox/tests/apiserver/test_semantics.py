@@ -394,7 +394,7 @@ def test_discovery_documents(raw: Any) -> None:
     assert version["major"] == "1"
     assert raw.json("GET", "/api")[1]["versions"] == ["v1"]
     groups = {g["name"] for g in raw.json("GET", "/apis")[1]["groups"]}
-    assert groups == {"coordination.k8s.io", "admissionregistration.k8s.io"}
+    assert groups == {"apps", "coordination.k8s.io", "admissionregistration.k8s.io"}
     core = {r["name"]: r for r in raw.json("GET", "/api/v1")[1]["resources"]}
     assert {
         "pods",

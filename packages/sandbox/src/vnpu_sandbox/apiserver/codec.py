@@ -20,7 +20,14 @@ Json = dict[str, Any]
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
 OBJECT_MEDIA_TYPES = ("application/json", "application/yaml")
-_KNOWN_EXTRA_KINDS = {("v1", "Binding"), ("v1", "Status"), ("v1", "DeleteOptions"), ("v1", "List")}
+_KNOWN_EXTRA_KINDS = {
+    ("v1", "Binding"),
+    ("v1", "Status"),
+    ("v1", "DeleteOptions"),
+    ("v1", "List"),
+    ("autoscaling/v1", "Scale"),
+}
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
 def media_type(header: str | None) -> str:
@@ -141,7 +148,40 @@ def read_delete_options(body: bytes, query: dict[str, str]) -> registry.DeleteOp
         grace_period=_optional_int(grace, "gracePeriodSeconds"),
         uid=preconditions.get("uid"),
         resource_version=preconditions.get("resourceVersion"),
+        propagation=_propagation(options, query),
     )
+
+
+def _propagation(options: Json, query: dict[str, str]) -> str | None:
+    """``propagationPolicy``, or ``Orphan``/``Background`` from the older ``orphanDependents``."""
+    policy = options.get("propagationPolicy", query.get("propagationPolicy")) or None
+    orphan: object = options.get("orphanDependents", query.get("orphanDependents"))
+    if isinstance(orphan, str):
+        orphan = {"true": True, "false": False}.get(orphan, orphan)
+    found: list[errors.FieldError] = []
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        found.append(
+            errors.FieldError(
+                "propagationPolicy",
+                "NotSupported",
+                policy,
+                'supported values: "Foreground", "Background", "Orphan", "nil"',
+            )
+        )
+    elif policy is not None and orphan is not None:
+        found.append(
+            errors.FieldError(
+                "propagationPolicy",
+                "Invalid",
+                policy,
+                "orphanDependents and deletionPropagation cannot be both set",
+            )
+        )
+    if found:
+        raise errors.Invalid("meta.k8s.io", "DeleteOptions", "", found)
+    if policy is None and isinstance(orphan, bool):
+        return "Orphan" if orphan else "Background"
+    return None if policy is None else str(policy)
 
 
 @dataclass(frozen=True)

@@ -85,15 +85,17 @@ def _entries(resource: resources.Resource) -> list[Json]:
             if sub == "binding"
             else (resource.kind, ["get", "patch", "update"])
         )
-        entries.append(
-            {
-                "name": f"{resource.plural}/{sub}",
-                "singularName": "",
-                "namespaced": resource.namespaced,
-                "kind": kind,
-                "verbs": verbs,
-            }
-        )
+        entry: Json = {
+            "name": f"{resource.plural}/{sub}",
+            "singularName": "",
+            "namespaced": resource.namespaced,
+            "kind": kind,
+            "verbs": verbs,
+        }
+        if sub == "scale":
+            # The scale client (kubectl scale) reads the Scale's group and version from here.
+            entry.update(group="autoscaling", version="v1", kind="Scale")
+        entries.append(entry)
     return entries
 
 

@@ -45,8 +45,50 @@ _FIELD_TEXT: dict[FieldErrorType, tuple[str, str]] = {
 _SHOWS_VALUE = {"Invalid", "NotSupported", "Duplicate"}
 
 
+class GoValue(str):
+    """A value already rendered as Go prints it (``map[string]string{"app":"web"}``): ``quote``
+    leaves it as is."""
+
+
+def go_string_map(value: object) -> GoValue:
+    """A label map as Go's ``%#v`` prints a ``map[string]string`` (keys sorted; nil if absent)."""
+    if not isinstance(value, dict):
+        return GoValue("map[string]string(nil)")
+    pairs = ", ".join(
+        f"{json.dumps(str(k))}:{json.dumps(str(v))}" for k, v in sorted(value.items())
+    )
+    return GoValue(f"map[string]string{{{pairs}}}")
+
+
+def _go_strings(values: object) -> str:
+    if not isinstance(values, list):
+        return "[]string(nil)"
+    return "[]string{" + ", ".join(json.dumps(str(v)) for v in values) + "}"
+
+
+def go_label_selector(value: object) -> GoValue:
+    """A ``LabelSelector`` as Go's ``%#v`` prints it in field errors."""
+    selector = value if isinstance(value, dict) else {}
+    expressions = [e for e in selector.get("matchExpressions") or [] if isinstance(e, dict)]
+    if expressions:
+        items = ", ".join(
+            "v1.LabelSelectorRequirement{"
+            f"Key:{json.dumps(str(e.get('key', '')))}, "
+            f"Operator:{json.dumps(str(e.get('operator', '')))}, "
+            f"Values:{_go_strings(e.get('values'))}}}"
+            for e in expressions
+        )
+        rendered = f"[]v1.LabelSelectorRequirement{{{items}}}"
+    else:
+        rendered = "[]v1.LabelSelectorRequirement(nil)"
+    labels = go_string_map(selector.get("matchLabels"))
+    return GoValue(f"v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{rendered}}}")
+
+
 def quote(value: object) -> str:
     """A value as Go's ``%q``/``%v`` prints it in API messages (strings double-quoted)."""
+    if isinstance(value, GoValue):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool):

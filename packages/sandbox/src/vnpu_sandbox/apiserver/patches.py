@@ -53,6 +53,20 @@ MERGE_KEYS: dict[tuple[str, tuple[str, ...]], str] = {
 }
 
 
+def _workload_keys() -> dict[tuple[str, tuple[str, ...]], str]:
+    """Deployments and ReplicaSets: the pod spec's lists under ``spec.template``, conditions."""
+    keys: dict[tuple[str, tuple[str, ...]], str] = {}
+    for kind in ("Deployment", "ReplicaSet"):
+        keys[(kind, ("status", "conditions"))] = "type"
+        for (owner, path), key in MERGE_KEYS.items():
+            if owner == "Pod" and path[0] == "spec":
+                keys[(kind, ("spec", "template", *path))] = key
+    return keys
+
+
+MERGE_KEYS.update(_workload_keys())
+
+
 class PatchError(ValueError):
     """A patch that cannot be decoded (``bad_request``) or cannot be applied to the object."""
 

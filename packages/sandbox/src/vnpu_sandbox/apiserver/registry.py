@@ -3,9 +3,12 @@
 ``routes`` calls one method per request after decoding it: ``get``, ``list`` (paged by
 ``lists``), ``prepare_create`` then ``insert`` (admission runs between the two, as in the real
 server), ``update`` and ``patch`` (optimistic concurrency on ``metadata.resourceVersion``,
-no-op writes keep the revision), ``delete`` (finalizers, pod grace periods, namespaces
-emptied before they go) and ``bind`` (``pods/binding``: node name, Binding annotations and
-the PodScheduled condition in one write). All of it is synchronous and runs on the event loop.
+no-op writes keep the revision), ``get_scale``/``update_scale``/``patch_scale`` (the
+``/scale`` subresource), ``delete`` (finalizers, the ``foregroundDeletion`` or ``orphan``
+finalizer a propagation policy asks for, pod grace periods, namespaces emptied before they
+go) and ``bind`` (``pods/binding``: node name, Binding annotations and the PodScheduled
+condition in one write). Dependents are not deleted here: that is the garbage collector's
+work (``vnpu-sandbox controllers``), as in a real cluster. All of it is synchronous and runs on the event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from vnpu_sandbox.apiserver import (
     lists,
     patches,
     resources,
+    scales,
     schemas,
     selectors,
     store,
@@ -46,6 +50,38 @@ class DeleteOptions:
     grace_period: int | None = None
     uid: str | None = None
     resource_version: str | None = None
+    propagation: str | None = None
+    """``Foreground``, ``Background`` or ``Orphan``; None leaves the object's finalizers alone."""
+
+
+# The finalizer each propagation policy puts on the object (the garbage collector's part).
+_PROPAGATION_FINALIZERS = {"Foreground": "foregroundDeletion", "Orphan": "orphan"}
+
+
+def _patched(content_type: str, old: Json, patch: object) -> Json:
+    """``patch`` applied to ``old``, nulls dropped; 400 or 422 when it cannot be."""
+    try:
+        patched: Json = schemas.without_nulls(patches.apply(content_type, old, patch))
+    except patches.PatchError as exc:
+        if exc.bad_request:
+            raise errors.BadRequest(str(exc)) from exc
+        raise errors.PatchFailed(str(exc)) from exc
+    return patched
+
+
+def _set_propagation(metadata: Json, policy: str | None) -> None:
+    """Put the finalizer of ``policy`` on an object being deleted (and drop the other one),
+    as the real server does before the garbage collector takes over."""
+    if policy is None:
+        return
+    known = _PROPAGATION_FINALIZERS.values()
+    finalizers = [f for f in metadata.get("finalizers") or [] if f not in known]
+    if policy in _PROPAGATION_FINALIZERS:
+        finalizers.append(_PROPAGATION_FINALIZERS[policy])
+    if finalizers:
+        metadata["finalizers"] = finalizers
+    else:
+        metadata.pop("finalizers", None)
 
 
 def _parse_time(text: str) -> float:
@@ -210,18 +246,55 @@ class Registry:
         dry_run: bool = False,
     ) -> Json:
         old = self.get(resource, namespace, name)
-        try:
-            patched = schemas.without_nulls(patches.apply(content_type, old, patch))
-        except patches.PatchError as exc:
-            if exc.bad_request:
-                raise errors.BadRequest(str(exc)) from exc
-            raise errors.PatchFailed(str(exc)) from exc
+        patched = _patched(content_type, old, patch)
         if not isinstance(patched.get("metadata"), dict):
             raise errors.PatchFailed(
                 "metadata: the patch removed or replaced the object's metadata"
             )
         schemas.check(resource.kind, resource.api_version, patched)
         return self.update(resource, namespace, name, patched, subresource, dry_run)
+
+    # --- scale (deployments and replicasets) ----------------------------------------------
+
+    def get_scale(self, resource: resources.Resource, namespace: str, name: str) -> Json:
+        return scales.scale_of(self.get(resource, namespace, name))
+
+    def update_scale(
+        self,
+        resource: resources.Resource,
+        namespace: str,
+        name: str,
+        scale: Json,
+        dry_run: bool = False,
+    ) -> Json:
+        """Set ``spec.replicas`` from a Scale; its resourceVersion, if any, must be current."""
+        metadata = scale.get("metadata") or {}
+        if metadata.get("name", name) != name:
+            raise errors.BadRequest(
+                f"the name of the object ({metadata['name']}) does not match the name on the URL ({name})"
+            )
+        replicas = scales.wanted_replicas(scale, name)
+        body = copy.deepcopy(self.get(resource, namespace, name))
+        body["spec"]["replicas"] = replicas
+        if metadata.get("resourceVersion"):
+            body["metadata"]["resourceVersion"] = metadata["resourceVersion"]
+        else:
+            body["metadata"].pop("resourceVersion", None)
+        return scales.scale_of(self.update(resource, namespace, name, body, "", dry_run))
+
+    def patch_scale(
+        self,
+        resource: resources.Resource,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: object,
+        dry_run: bool = False,
+    ) -> Json:
+        """Apply a patch to the current Scale, then set what it asks for."""
+        patched = _patched(content_type, self.get_scale(resource, namespace, name), patch)
+        schemas.check(scales.KIND, scales.API_VERSION, patched)
+        return self.update_scale(resource, namespace, name, patched, dry_run)
 
     def _write(self, resource: resources.Resource, old: Json, new: Json, dry_run: bool) -> Json:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -274,6 +347,7 @@ class Registry:
             return self._delete_namespace(old, dry_run)
         new = copy.deepcopy(old)
         marked = new["metadata"]
+        _set_propagation(marked, options.propagation)
         now = self.clock()
         requested = options.grace_period
         if requested is not None and requested < 0:
@@ -291,7 +365,7 @@ class Registry:
             marked["deletionTimestamp"] = rfc3339(now + grace)
             marked["deletionGracePeriodSeconds"] = grace
             marked["generation"] = int(marked.get("generation", 1)) + 1
-        elif metadata.get("finalizers"):
+        elif marked.get("finalizers"):
             if not metadata.get("deletionTimestamp"):
                 marked["deletionTimestamp"] = rfc3339(now)
                 marked["generation"] = int(marked.get("generation", 1)) + 1

@@ -42,8 +42,8 @@ _EVENT_FIELDS = (
     "source",
     "type",
 )
-# Fields whose absence reads as "false", as the real server's field sets print them.
-_BOOLEAN_FIELDS = frozenset({"spec.hostNetwork", "spec.unschedulable"})
+# What an absent field reads as, where the real server's field sets print a zero value.
+_ZERO_VALUES = {"spec.hostNetwork": "false", "spec.unschedulable": "false", "status.replicas": "0"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,31 @@ EVENTS = Resource(
     field_labels=_EVENT_FIELDS,
 )
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", namespaced=True)
+DEPLOYMENTS = Resource(
+    "apps",
+    "v1",
+    "deployments",
+    "deployment",
+    "Deployment",
+    namespaced=True,
+    short_names=("deploy",),
+    categories=("all",),
+    subresources=("status", "scale"),
+)
+REPLICASETS = Resource(
+    "apps",
+    "v1",
+    "replicasets",
+    "replicaset",
+    "ReplicaSet",
+    namespaced=True,
+    short_names=("rs",),
+    categories=("all",),
+    subresources=("status", "scale"),
+    field_labels=(*_NAMESPACED_META, "status.replicas"),
+)
+WORKLOADS = (DEPLOYMENTS, REPLICASETS)
+"""The kinds with a pod template, a label selector and a ``/scale`` subresource."""
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -160,6 +185,8 @@ RESOURCES: tuple[Resource, ...] = (
     NAMESPACES,
     CONFIGMAPS,
     EVENTS,
+    DEPLOYMENTS,
+    REPLICASETS,
     LEASES,
     MUTATING_WEBHOOKS,
     VALIDATING_WEBHOOKS,
@@ -203,7 +230,7 @@ def field_value(obj: Json, label: str) -> str:
     for part in label.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     if node is None:
-        return "false" if label in _BOOLEAN_FIELDS else ""
+        return _ZERO_VALUES.get(label, "")
     if isinstance(node, bool):
         return "true" if node else "false"
     return str(node)

@@ -28,6 +28,7 @@ from vnpu_sandbox.apiserver import (
     lists,
     paths,
     registry,
+    scales,
     selectors,
     store,
     strategies,
@@ -328,6 +329,8 @@ class Api:
     ) -> Response:
         resource, name, namespace = target.resource, str(target.name), self._namespace(target)
         method = request.method
+        if target.subresource == "scale":
+            return await self._scale(target, request, query)
         if method == "GET":
             return self._render(target, request, self.registry.get(resource, namespace, name))
         if method == "PUT":
@@ -361,6 +364,34 @@ class Api:
                 self.registry.delete(resource, namespace, name, options, self._dry_run(query))
             )
         raise errors.MethodNotAllowed(method)
+
+    async def _scale(
+        self, target: paths.Target, request: Request, query: dict[str, str]
+    ) -> Response:
+        """``.../deployments|replicasets/<name>/scale``: an autoscaling/v1 Scale in and out."""
+        resource, name, namespace = target.resource, str(target.name), self._namespace(target)
+        if request.method == "GET":
+            return json_response(self.registry.get_scale(resource, namespace, name))
+        if request.method == "PUT":
+            body = codec.read_object(
+                await request.body(),
+                request.headers.get("content-type"),
+                scales.API_VERSION,
+                scales.KIND,
+            )
+            return json_response(
+                self.registry.update_scale(resource, namespace, name, body, self._dry_run(query))
+            )
+        if request.method == "PATCH":
+            content_type, patch = codec.read_patch(
+                await request.body(), request.headers.get("content-type")
+            )
+            return json_response(
+                self.registry.patch_scale(
+                    resource, namespace, name, content_type, patch, self._dry_run(query)
+                )
+            )
+        raise errors.MethodNotAllowed(request.method)
 
     async def _delete_collection(
         self, target: paths.Target, request: Request, query: dict[str, str]

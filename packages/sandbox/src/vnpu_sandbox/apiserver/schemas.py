@@ -181,6 +181,62 @@ _WEBHOOKS = (
 )
 _SHAPES["MutatingWebhookConfiguration"] = _WEBHOOKS
 _SHAPES["ValidatingWebhookConfiguration"] = _WEBHOOKS
+_WORKLOAD = (
+    ("spec", OBJECT),
+    ("spec.replicas", INTEGER),
+    ("spec.minReadySeconds", INTEGER),
+    ("spec.selector", OBJECT),
+    ("spec.selector.matchLabels", OBJECT),
+    ("spec.selector.matchExpressions", ARRAY),
+    ("spec.selector.matchExpressions[]", OBJECT),
+    ("spec.selector.matchExpressions[].key", STRING),
+    ("spec.selector.matchExpressions[].operator", STRING),
+    ("spec.selector.matchExpressions[].values", ARRAY),
+    ("spec.template", OBJECT),
+    ("spec.template.metadata", OBJECT),
+    ("spec.template.metadata.labels", OBJECT),
+    ("spec.template.metadata.annotations", OBJECT),
+    ("spec.template.spec", OBJECT),
+    *((f"spec.template.{path}", kind) for path, kind in _CONTAINERS),
+    ("spec.template.spec.restartPolicy", STRING),
+    ("spec.template.spec.schedulerName", STRING),
+    ("spec.template.spec.nodeName", STRING),
+    ("spec.template.spec.terminationGracePeriodSeconds", INTEGER),
+    ("status", OBJECT),
+    *(
+        (f"status.{field}", INTEGER)
+        for field in (
+            "replicas",
+            "readyReplicas",
+            "availableReplicas",
+            "updatedReplicas",
+            "fullyLabeledReplicas",
+            "observedGeneration",
+            "collisionCount",
+        )
+    ),
+    ("status.conditions", ARRAY),
+    ("status.conditions[]", OBJECT),
+    ("status.conditions[].type", STRING),
+    ("status.conditions[].status", STRING),
+)
+_SHAPES["ReplicaSet"] = _WORKLOAD
+_SHAPES["Deployment"] = (
+    *_WORKLOAD,
+    ("spec.strategy", OBJECT),
+    ("spec.strategy.type", STRING),
+    ("spec.strategy.rollingUpdate", OBJECT),
+    ("spec.revisionHistoryLimit", INTEGER),
+    ("spec.progressDeadlineSeconds", INTEGER),
+    ("spec.paused", BOOLEAN),
+)
+_SHAPES["Scale"] = (("spec", OBJECT), ("spec.replicas", INTEGER))
+# Maps whose values must be strings, beyond the object's own labels and annotations.
+_STRING_MAPS = (
+    "spec.template.metadata.labels",
+    "spec.template.metadata.annotations",
+    "spec.selector.matchLabels",
+)
 
 
 def _type_of(value: object) -> str:
@@ -261,3 +317,9 @@ def check(kind: str, api_version: str, obj: dict[str, Any]) -> None:
         for value in (strings or {}).values():
             if not isinstance(value, str):
                 raise _refuse(kind, api_version, value, f"metadata.{field}", STRING)
+    if kind in ("Deployment", "ReplicaSet"):
+        for path in _STRING_MAPS:
+            for strings in _values(obj, path.split(".")):
+                for value in (strings or {}).values():
+                    if not isinstance(value, str):
+                        raise _refuse(kind, api_version, value, path, STRING)

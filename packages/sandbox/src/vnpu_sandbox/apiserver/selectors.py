@@ -2,7 +2,9 @@
 
 ``routes`` parses the ``labelSelector`` and ``fieldSelector`` query parameters once per
 request into ``Selector``; ``store`` (list) and ``watch`` match objects with it; ``admission``
-matches webhooks' ``namespaceSelector``/``objectSelector`` with ``LabelSelector`` structs.
+matches webhooks' ``namespaceSelector``/``objectSelector`` with ``LabelSelector`` structs,
+``strategies`` a workload's selector with its template's labels, and ``tables`` and ``scales``
+print such structs in the server's string form.
 Label syntax: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``,
 ``k>1``, ``k<1``. Field syntax: ``f=v``, ``f==v``, ``f!=v``, comma-separated.
 """
@@ -279,3 +281,28 @@ def label_selector_matches(selector: object, labels: Mapping[str, str]) -> bool:
         if not operator or not Requirement(key, operator, values).matches(labels):
             return False
     return True
+
+
+def label_selector_text(selector: object) -> str:
+    """A ``LabelSelector`` struct in the string form the real server prints (``app=web,tier in
+    (a,b)``): requirements sorted by key, as ``Scale.status.selector`` and the SELECTOR column show."""
+    if not isinstance(selector, dict):
+        return ""
+    parts: list[tuple[str, str]] = [
+        (str(key), f"{key}={value}") for key, value in (selector.get("matchLabels") or {}).items()
+    ]
+    for expression in selector.get("matchExpressions") or []:
+        if not isinstance(expression, dict):
+            continue
+        key = str(expression.get("key", ""))
+        values = ",".join(sorted(str(v) for v in expression.get("values") or []))
+        operator = str(expression.get("operator"))
+        text = {
+            "In": f"{key} in ({values})",
+            "NotIn": f"{key} notin ({values})",
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+        }.get(operator)
+        if text is not None:
+            parts.append((key, text))
+    return ",".join(text for _, text in sorted(parts, key=lambda part: part[0]))

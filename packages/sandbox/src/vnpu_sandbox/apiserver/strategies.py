@@ -7,7 +7,11 @@ mutating webhooks), ``validate_create``/``validate_update`` before it commits, a
 resource, the spec on ``/status``, and server-owned metadata. Pod defaults are the ones
 clients rely on (``schedulerName``, ``restartPolicy``, requests copied from limits,
 ``status.phase: Pending``, ``status.qosClass``); pod spec updates are limited as in
-kube-apiserver; webhook configurations get their v1 defaults and checks.
+kube-apiserver; webhook configurations get their v1 defaults and checks. Deployments and
+ReplicaSets get the apps/v1 defaults (``replicas: 1``, the RollingUpdate strategy at 25%/25%,
+``revisionHistoryLimit``, ``progressDeadlineSeconds``, pod template defaults) and the checks that
+matter to their controllers: a selector that matches the template's labels and cannot change,
+``restartPolicy: Always``, a valid strategy.
 """
 
 from __future__ import annotations
@@ -41,13 +45,56 @@ POD_UPDATE_FORBIDDEN = (
 _WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def _pod_defaults(pod: Json) -> None:
-    spec = pod.setdefault("spec", {})
+def _pod_spec_defaults(spec: Json) -> None:
+    """What the real scheme sets on every PodSpec, pods' and pod templates' alike."""
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("securityContext", {})
+
+
+def _container_defaults(container: Json) -> None:
+    image = str(container.get("image", ""))
+    tag = image.rsplit("/", 1)[-1]
+    latest = "@" not in image and (":" not in tag or tag.endswith(":latest"))
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    container.setdefault("resources", {})
+    for port in container.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+
+
+def _pod_template_defaults(template: Json) -> None:
+    """A pod template's defaults; the Pod-only ones (``enableServiceLinks``, ``priority``,
+    requests copied from limits) come when a pod is created from it, as in the real server."""
+    _pod_spec_defaults(spec := template.setdefault("spec", {}))
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            if isinstance(container, dict):
+                _container_defaults(container)
+
+
+def _workload_defaults(obj: Json) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    if obj.get("kind") == "Deployment":
+        strategy = spec.setdefault("strategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", "25%")
+            rolling.setdefault("maxSurge", "25%")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+    _pod_template_defaults(spec.setdefault("template", {}))
+
+
+def _pod_defaults(pod: Json) -> None:
+    spec = pod.setdefault("spec", {})
+    _pod_spec_defaults(spec)
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
@@ -55,21 +102,13 @@ def _pod_defaults(pod: Json) -> None:
         for container in spec.get(group) or []:
             if not isinstance(container, dict):
                 continue
-            image = str(container.get("image", ""))
-            tag = image.rsplit("/", 1)[-1]
-            latest = "@" not in image and (":" not in tag or tag.endswith(":latest"))
-            container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
-            container.setdefault("terminationMessagePath", "/dev/termination-log")
-            container.setdefault("terminationMessagePolicy", "File")
-            limits_requests = container.setdefault("resources", {})
+            _container_defaults(container)
+            limits_requests = container["resources"]
             limits = limits_requests.get("limits") or {}
             if limits:
                 requests = limits_requests.setdefault("requests", {})
                 for name, quantity in limits.items():
                     requests.setdefault(name, quantity)
-            for port in container.get("ports") or []:
-                if isinstance(port, dict):
-                    port.setdefault("protocol", "TCP")
 
 
 def _webhook_defaults(config: Json) -> None:
@@ -96,6 +135,8 @@ def defaults(resource: resources.Resource, obj: Json) -> None:
     obj.setdefault("metadata", {})
     if resource.kind == "Pod":
         _pod_defaults(obj)
+    elif resource in resources.WORKLOADS:
+        _workload_defaults(obj)
     elif resource.kind in _WEBHOOK_KINDS:
         _webhook_defaults(obj)
 
@@ -128,6 +169,8 @@ def prepare_create(resource: resources.Resource, obj: Json) -> None:
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         status["qosClass"] = qos_class(obj)
+    elif resource in resources.WORKLOADS:
+        obj["status"] = {}  # the controllers fill it in
     elif resource.kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
@@ -150,25 +193,207 @@ def _name_errors(resource: resources.Resource, name: object) -> list[errors.Fiel
     return []
 
 
-def _label_errors(metadata: Json) -> list[errors.FieldError]:
+def _label_errors(metadata: Json, where: str = "metadata") -> list[errors.FieldError]:
     """Label keys and values that are not valid (their JSON types were checked by ``schemas``)."""
     found: list[errors.FieldError] = []
     for key, value in (metadata.get("labels") or {}).items():
         if problem := selectors.label_key_problem(key):
-            found.append(errors.FieldError("metadata.labels", "Invalid", key, problem))
+            found.append(errors.FieldError(f"{where}.labels", "Invalid", key, problem))
         if problem := selectors.label_value_problem(value):
-            found.append(errors.FieldError("metadata.labels", "Invalid", value, problem))
+            found.append(errors.FieldError(f"{where}.labels", "Invalid", value, problem))
     return found
 
 
-def _pod_errors(pod: Json) -> list[errors.FieldError]:
+_PERCENT = re.compile(r"^[0-9]+%$")
+_NON_NEGATIVE = "must be greater than or equal to 0"
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _non_negative(spec: Json, field: str) -> list[errors.FieldError]:
+    value = spec.get(field)
+    if isinstance(value, int) and value < 0:
+        return [errors.FieldError(f"spec.{field}", "Invalid", value, _NON_NEGATIVE)]
+    return []
+
+
+def _selector_errors(selector: Json) -> list[errors.FieldError]:
     found: list[errors.FieldError] = []
-    containers = pod.get("spec", {}).get("containers")
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if problem := selectors.label_key_problem(key):
+            found.append(errors.FieldError("spec.selector.matchLabels", "Invalid", key, problem))
+        if problem := selectors.label_value_problem(str(value)):
+            found.append(errors.FieldError("spec.selector.matchLabels", "Invalid", value, problem))
+    for index, expression in enumerate(selector.get("matchExpressions") or []):
+        where = f"spec.selector.matchExpressions[{index}]"
+        operator = expression.get("operator")
+        values = expression.get("values") or []
+        if operator not in _OPERATORS:
+            found.append(
+                errors.FieldError(
+                    f"{where}.operator", "Invalid", operator, "not a valid selector operator"
+                )
+            )
+        elif operator in ("In", "NotIn") and not values:
+            found.append(
+                errors.FieldError(
+                    f"{where}.values",
+                    "Required",
+                    detail="must be specified when `operator` is 'In' or 'NotIn'",
+                )
+            )
+        elif operator in ("Exists", "DoesNotExist") and values:
+            found.append(
+                errors.FieldError(
+                    f"{where}.values",
+                    "Forbidden",
+                    detail="may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )
+            )
+    return found
+
+
+def _percent_or_count(rolling: Json, field: str) -> tuple[list[errors.FieldError], int | None]:
+    """Check an IntOrString of a rolling update; its number (percent or count) when valid."""
+    value = rolling.get(field, 0)
+    where = f"spec.strategy.rollingUpdate.{field}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            return [errors.FieldError(where, "Invalid", value, _NON_NEGATIVE)], None
+        return [], value
+    if not isinstance(value, str) or not _PERCENT.match(value):
+        shown = errors.GoValue(str(value)) if isinstance(value, str) else value
+        return [
+            errors.FieldError(
+                where, "Invalid", shown, "must be an integer or percentage (e.g '5%')"
+            )
+        ], None
+    number = int(value[:-1])
+    if field == "maxUnavailable" and number > 100:
+        return [
+            errors.FieldError(
+                where, "Invalid", errors.GoValue(value), "must not be greater than 100%"
+            )
+        ], None
+    return [], number
+
+
+def _strategy_errors(spec: Json) -> list[errors.FieldError]:
+    strategy = spec.get("strategy") or {}
+    kind = strategy.get("type")
+    if kind == "Recreate":
+        if "rollingUpdate" in strategy:
+            return [
+                errors.FieldError(
+                    "spec.strategy.rollingUpdate",
+                    "Forbidden",
+                    detail="may not be specified when strategy `type` is 'Recreate'",
+                )
+            ]
+        return []
+    if kind != "RollingUpdate":
+        return [
+            errors.FieldError(
+                "spec.strategy.type",
+                "NotSupported",
+                kind,
+                'supported values: "Recreate", "RollingUpdate"',
+            )
+        ]
+    rolling = strategy.get("rollingUpdate") or {}
+    unavailable_errors, unavailable = _percent_or_count(rolling, "maxUnavailable")
+    surge_errors, surge = _percent_or_count(rolling, "maxSurge")
+    found = unavailable_errors + surge_errors
+    if unavailable == 0 and surge == 0:
+        found.append(
+            errors.FieldError(
+                "spec.strategy.rollingUpdate.maxUnavailable",
+                "Invalid",
+                errors.GoValue(str(rolling.get("maxUnavailable", 0))),
+                "may not be 0 when `maxSurge` is 0",
+            )
+        )
+    return found
+
+
+def _workload_errors(obj: Json) -> list[errors.FieldError]:
+    """What kube-apiserver refuses in a Deployment or ReplicaSet spec (the checks that matter
+    to the controllers: replicas, selector against template labels, template, strategy)."""
+    spec = obj.get("spec") or {}
+    found = _non_negative(spec, "replicas") + _non_negative(spec, "minReadySeconds")
+    selector = spec.get("selector")
+    template = spec.get("template") or {}
+    template_metadata = template.get("metadata") or {}
+    labels = template_metadata.get("labels") or {}
+    if selector is None:
+        found.append(errors.FieldError("spec.selector", "Required"))
+    else:
+        found += _selector_errors(selector)
+        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+            found.append(
+                errors.FieldError(
+                    "spec.selector",
+                    "Invalid",
+                    errors.go_label_selector(selector),
+                    "empty selector is invalid for deployment",
+                )
+            )
+    empty = selector is not None and not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    )
+    if not empty and (selector is None or not selectors.label_selector_matches(selector, labels)):
+        found.append(
+            errors.FieldError(
+                "spec.template.metadata.labels",
+                "Invalid",
+                errors.go_string_map(template_metadata.get("labels")),
+                "`selector` does not match template `labels`",
+            )
+        )
+    found += _label_errors(template_metadata, "spec.template.metadata")
+    found += _pod_errors(template, "spec.template.spec")
+    template_spec = template.get("spec") or {}
+    if template_spec.get("restartPolicy", "Always") != "Always":
+        found.append(
+            errors.FieldError(
+                "spec.template.spec.restartPolicy",
+                "NotSupported",
+                template_spec.get("restartPolicy"),
+                'supported values: "Always"',
+            )
+        )
+    if "activeDeadlineSeconds" in template_spec:
+        found.append(
+            errors.FieldError(
+                "spec.template.spec.activeDeadlineSeconds",
+                "Forbidden",
+                detail="activeDeadlineSeconds in ReplicaSet is not Supported",
+            )
+        )
+    if obj.get("kind") == "Deployment":
+        found += _strategy_errors(spec)
+        found += _non_negative(spec, "revisionHistoryLimit")
+        deadline = spec.get("progressDeadlineSeconds")
+        if isinstance(deadline, int) and deadline <= int(spec.get("minReadySeconds") or 0):
+            found.append(
+                errors.FieldError(
+                    "spec.progressDeadlineSeconds",
+                    "Invalid",
+                    deadline,
+                    "must be greater than minReadySeconds",
+                )
+            )
+    return found
+
+
+def _pod_errors(pod: Json, spec_path: str = "spec") -> list[errors.FieldError]:
+    """Problems of a pod's spec (or a pod template's, with ``spec_path`` naming where it is)."""
+    found: list[errors.FieldError] = []
+    containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
-        return [errors.FieldError("spec.containers", "Required")]
+        return [errors.FieldError(f"{spec_path}.containers", "Required")]
     seen: set[str] = set()
     for index, container in enumerate(containers):
-        where = f"spec.containers[{index}]"
+        where = f"{spec_path}.containers[{index}]"
         if not isinstance(container, dict):
             found.append(errors.FieldError(where, "Invalid", container, "must be an object"))
             continue
@@ -264,6 +489,8 @@ def validate_create(resource: resources.Resource, obj: Json) -> None:
     found = _name_errors(resource, metadata.get("name")) + _label_errors(metadata)
     if resource.kind == "Pod":
         found += _pod_errors(obj)
+    elif resource in resources.WORKLOADS:
+        found += _workload_errors(obj)
     elif resource.kind in _WEBHOOK_KINDS:
         found += _webhook_errors(obj)
     if found:
@@ -313,6 +540,18 @@ def validate_update(resource: resources.Resource, old: Json, new: Json, subresou
                     "spec",
                     "Forbidden",
                     detail=f"{POD_UPDATE_FORBIDDEN} (changed: {', '.join(changed)})",
+                )
+            )
+    elif resource in resources.WORKLOADS and subresource == "":
+        found += _workload_errors(new)
+        selector = (new.get("spec") or {}).get("selector")
+        if selector != (old.get("spec") or {}).get("selector"):
+            found.append(
+                errors.FieldError(
+                    "spec.selector",
+                    "Invalid",
+                    errors.go_label_selector(selector),
+                    "field is immutable",
                 )
             )
     elif resource.kind in _WEBHOOK_KINDS:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from vnpu_sandbox.apiserver import resources
+from vnpu_sandbox.apiserver import resources, selectors
 
 Json = dict[str, Any]
 Row = list[Any]
@@ -154,7 +154,48 @@ def _event_row(event: Json, now: float) -> Row:
     ]
 
 
+def _workload_cells(obj: Json) -> Row:
+    """CONTAINERS, IMAGES and SELECTOR, the wide columns of deployments and replicasets."""
+    spec = obj.get("spec") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
+    containers = [c for c in template.get("containers") or [] if isinstance(c, dict)]
+    return [
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+        selectors.label_selector_text(spec.get("selector")),
+    ]
+
+
+def _deployment_row(deployment: Json, now: float) -> Row:
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    return [
+        _name(deployment),
+        f"{int(status.get('readyReplicas') or 0)}/{int(spec.get('replicas') or 0)}",
+        int(status.get("updatedReplicas") or 0),
+        int(status.get("availableReplicas") or 0),
+        _created(deployment, now),
+        *_workload_cells(deployment),
+    ]
+
+
+def _replica_set_row(replica_set: Json, now: float) -> Row:
+    spec, status = replica_set.get("spec") or {}, replica_set.get("status") or {}
+    return [
+        _name(replica_set),
+        int(spec.get("replicas") or 0),
+        int(status.get("replicas") or 0),
+        int(status.get("readyReplicas") or 0),
+        _created(replica_set, now),
+        *_workload_cells(replica_set),
+    ]
+
+
 _NAME = _column("Name", fmt="name")
+_WIDE_WORKLOAD = [
+    _column("Containers", priority=1),
+    _column("Images", priority=1),
+    _column("Selector", priority=1),
+]
 _AGE = _column("Age")
 _PRINTERS: dict[str, tuple[list[Json], Callable[[Json, float], Row]]] = {
     "Pod": (
@@ -212,6 +253,28 @@ _PRINTERS: dict[str, tuple[list[Json], Callable[[Json, float], Row]]] = {
             _column("Name", priority=1, fmt="name"),
         ],
         _event_row,
+    ),
+    "Deployment": (
+        [
+            _NAME,
+            _column("Ready"),
+            _column("Up-to-date", "integer"),
+            _column("Available", "integer"),
+            _AGE,
+            *_WIDE_WORKLOAD,
+        ],
+        _deployment_row,
+    ),
+    "ReplicaSet": (
+        [
+            _NAME,
+            _column("Desired", "integer"),
+            _column("Current", "integer"),
+            _column("Ready", "integer"),
+            _AGE,
+            *_WIDE_WORKLOAD,
+        ],
+        _replica_set_row,
     ),
     "Lease": (
         [_NAME, _column("Holder"), _AGE],
