@@ -1,6 +1,8 @@
 """The reconciler: driver vNPUs, the ownership ledger and the pods in the API kept in agreement.
 
-Passes are run by hand (``reconciler.run_once``) so each test controls when one happens.
+Passes are run by hand (``reconciler.run_once``) so each test controls when one happens;
+the plugin runs without its pod watch here, which would otherwise reclaim first (the watch
+is tested in test_prompt_reclaim.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import threading
 import time
 from typing import Any
 
-from vnpu_device_plugin import ledger, reconciler
+import pytest
+
+from vnpu_device_plugin import ledger, podresources, reclaim, reconciler
 from vnpu_device_plugin.npu.sim import control
 
 Node = Any
@@ -23,6 +27,14 @@ def _run(node: Node, kit: Kit, name: str, grants: Any, **extra: Any) -> int:
     return int(
         node.env(name, extra.get("containers", [("c0", 1)])[-1][0])["ASCEND_VISIBLE_DEVICES"]
     )
+
+
+@pytest.fixture
+def running(node: Node, kit: Kit) -> Node:
+    """The node with its plugin started and registered, without the pod watch."""
+    node.start_plugin(pod_watch=False)
+    kit.wait_for(lambda: node.capacity() == (28, 28), what="capacity 28 (4 chips x 7)")
+    return node
 
 
 def _reclaimed(node: Node, reason: str) -> float:
@@ -59,18 +71,28 @@ def test_a_pod_kubelet_still_runs_keeps_its_vnpu_after_leaving_the_api(
     node = running
     vnpu = _run(node, kit, "forced", [[kit.Grant(0, "vir01", 3072)]])
     plugin = node.plugin
-    kubelet_lists: set[tuple[str, str]] = {("default", "forced")}
+    ids = node.kubelet.allocation("default", "forced").container("c0").device_ids(kit.RESOURCE)
+    kubelet_lists = {("default", "forced"): frozenset(ids)}  # what PodResources would answer
+    reclaimer = reclaim.Reclaimer(
+        plugin.npu,
+        plugin.ledger,
+        plugin.vnpus,
+        plugin.api,
+        plugin.stats,
+        node=kit.NODE,
+        kubelet=lambda: podresources.Listing(dict(kubelet_lists)),
+        handouts=plugin.reclaimer.handouts,
+    )
     view = reconciler.Reconciler(
         plugin.npu,
         plugin.inventory,
         plugin.ledger,
-        plugin.vnpus,
+        reclaimer,
         plugin.api,
         plugin.stats,
         lock=threading.Lock(),
         grace=300,
         interval=60,
-        live_kubelet=lambda: set(kubelet_lists),  # what PodResources would answer
         paths=None,
     )
     node.kubelet.stop()  # the kubelet no longer frees anything

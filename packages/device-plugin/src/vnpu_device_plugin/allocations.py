@@ -7,7 +7,10 @@ time; the reconciler takes the same lock):
 2. identify the pod (``finder``); a pod whose annotations cannot be served is failed;
 3. for each container asked for, take the pod's next container entry; in managed mode
    create its vNPUs (``lifecycle``: intent, create, owned), in soft mode make its
-   hami-vnpu-core directory; build the environment (``environment``);
+   hami-vnpu-core directory; build the environment (``environment``). A chip short of
+   room for a vNPU first has the vNPUs of owners that are done reclaimed (``reclaim``,
+   the checks of the periodic pass, with a fresh list of the node's pods), then the create
+   is tried once more; a whole chip handed out in managed mode has them reclaimed too;
 4. write the pod back in one merge patch carrying the resourceVersion it was read at:
    ``-devices-to-allocate`` with the served entries erased (HAMi's grammar) and, once no
    container is left (for any chip model), ``bind-phase: success``. A 409 re-reads the
@@ -16,9 +19,11 @@ time; the reconciler takes the same lock):
 
 Any failure after step 2 rolls back the vNPUs made in this call, sets ``bind-phase:
 failed``, releases the lock and answers the error; ``devices-allocated`` is never touched.
-``GetPreferredAllocation`` returns ids on the chips of the next container of the pod the
-finder expects, so kubelet's own records (checkpoint, PodResources) name the real chips.
-``service`` calls both.
+The device ids a served pod's regular containers got are remembered
+(``podresources.Handouts``) so a pod created again under the same name is told apart from
+the old one in PodResources. ``GetPreferredAllocation`` returns ids on the chips of the
+next container of the pod the finder expects, so kubelet's own records (checkpoint,
+PodResources) name the real chips. ``service`` calls both.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from vnpu_device_plugin import (
     metrics,
     nodelock,
     podplan,
+    reclaim,
     settings,
 )
 from vnpu_device_plugin.npu import backend
@@ -73,6 +79,7 @@ class Allocations:
         inventory: devices.Inventory,
         pods: finder.Finder,
         vnpus: lifecycle.Lifecycle,
+        reclaimer: reclaim.Reclaimer,
         stats: metrics.Metrics,
         crash: crashpoints.CrashPoints,
         *,
@@ -86,6 +93,7 @@ class Allocations:
         self._inventory = inventory
         self._finder = pods
         self._vnpus = vnpus
+        self._reclaimer = reclaimer
         self._stats = stats
         self._crash = crash
         self._mode = mode
@@ -98,13 +106,14 @@ class Allocations:
 
     def allocate(self, request: api_pb2.AllocateRequest) -> tuple[api_pb2.AllocateResponse, Served]:
         chips = self._chips(request)
+        ids = [list(c.devices_ids) for c in request.container_requests]
         with self.lock:
             found = self._finder.find(chips)
             if found.broken is not None:
                 self._fail(found.pod, found.broken)
                 raise found.broken
             assert found.plan is not None
-            return self._serve(found, found.plan, chips)
+            return self._serve(found, found.plan, chips, ids)
 
     def _chips(self, request: api_pb2.AllocateRequest) -> list[list[backend.ChipInfo]]:
         if not request.container_requests:
@@ -123,6 +132,7 @@ class Allocations:
         found: finder.Found,
         plan: podplan.PodPlan,
         chips: Sequence[Sequence[backend.ChipInfo]],
+        ids: Sequence[Sequence[str]],
     ) -> tuple[api_pb2.AllocateResponse, Served]:
         containers = plan.pending[: len(chips)]
         made: list[ledger.Record] = []
@@ -141,6 +151,10 @@ class Allocations:
             self._fail(found.pod, exc)
             self._on_failure()
             raise
+        self._reclaimer.handouts.record(
+            plan.uid,
+            [i for c, given in zip(containers, ids, strict=False) if not c.init for i in given],
+        )
         if done:
             self._release_for(plan.namespace, plan.name)
         served = Served(
@@ -164,6 +178,8 @@ class Allocations:
                 raise errors.AllocateError(f"cannot create {directory}: {exc}") from exc
             return []
         templated = [d for d in container.devices if d.template is not None]
+        if self._mode is settings.VnpuMode.MANAGED:
+            self._clear_whole_chips([d for d in container.devices if d.template is None])
         if not templated:
             return []
         if self._mode is settings.VnpuMode.RUNTIME:
@@ -175,11 +191,47 @@ class Allocations:
             return []
         records: list[ledger.Record] = []
         for device in templated:
-            record = self._vnpus.provide(plan, container, device, records)
+            record = self._provide(plan, container, device, records)
             records.append(record)
             if record not in made:
                 made.append(record)
         return [r.vnpu_id for r in records]
+
+    def _provide(
+        self,
+        plan: podplan.PodPlan,
+        container: podplan.ContainerPlan,
+        device: podplan.Device,
+        given: Sequence[ledger.Record],
+    ) -> ledger.Record:
+        """``lifecycle.provide``; a chip short of room is reclaimed on and tried once more."""
+        try:
+            return self._vnpus.provide(plan, container, device, given)
+        except errors.VnpuFailed as exc:
+            if not exc.refused:
+                raise
+            outcome = self._reclaimer.for_allocate([device.chip.phy_id])
+            if not outcome.reclaimed:
+                log.info(
+                    "vnpu_refused_nothing_to_reclaim",
+                    pod=plan.who,
+                    chip=device.chip.phy_id,
+                    kept_in_use=outcome.kept_in_use,
+                    kept_listed=outcome.kept_listed,
+                    error=str(exc),
+                )
+                raise
+        log.info("vnpu_retried_after_reclaim", pod=plan.who, chip=device.chip.phy_id)
+        return self._vnpus.provide(plan, container, device, given)
+
+    def _clear_whole_chips(self, whole: Sequence[podplan.Device]) -> None:
+        """Reclaim what owners that are done left on chips handed out whole; log what stays."""
+        if not whole:
+            return
+        chips = sorted({d.chip.phy_id for d in whole})
+        left = self._reclaimer.for_allocate(chips).left
+        if left:
+            log.warning("whole_chip_has_vnpus", chips=chips, vnpus=left)
 
     def _commit(self, pod: Json, plan: podplan.PodPlan, served: int) -> bool:
         """Write the erased entries (and success when nothing is left); True when the pod is done."""

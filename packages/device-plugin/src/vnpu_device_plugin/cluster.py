@@ -5,18 +5,22 @@ client. Calls return plain dicts as the API sends them (``_preload_content=False
 ``json.loads``: ``vnpu_core`` reads dicts, and it is much faster than the client's model
 classes). The client's ``ApiException`` and urllib3's transport errors are translated
 here, and only here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself
-is built by ``vnpu_service.kubeapi.client``. ``retrying`` repeats a call the
+is built by ``vnpu_service.kubeapi.client``. ``watch_pods`` opens a watch of the node's
+pods and returns a ``PodStream`` of its events, one JSON object per line, which another
+thread may ``close`` to end the blocked read at once. ``retrying`` repeats a call the
 API could not answer (5xx, 429, no connection) with bounded exponential backoff; a 409 is
 the caller's to handle, since only it knows what to re-read.
 
 Callers: ``finder`` and ``allocation`` (pods, the node lock), ``publisher`` (node
-annotations), ``reconciler`` (the node's pods).
+annotations), ``reconciler`` and ``reclaim`` (the node's pods), ``podwatch`` (the watch).
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -43,6 +47,10 @@ class Cluster(Protocol):
 
     def list_pods(self, node: str) -> list[Json]: ...
 
+    def list_pods_and_revision(self, node: str) -> tuple[list[Json], str]: ...
+
+    def watch_pods(self, node: str, revision: str, timeout: int) -> PodStream: ...
+
     def patch_pod_annotations(
         self,
         namespace: str,
@@ -50,6 +58,14 @@ class Cluster(Protocol):
         annotations: dict[str, str | None],
         resource_version: str = "",
     ) -> Json: ...
+
+
+class PodStream(Protocol):
+    """The events of one watch (``{"type": ..., "object": ...}``); ``close`` ends it from any thread."""
+
+    def __iter__(self) -> Iterator[Json]: ...
+
+    def close(self) -> None: ...
 
 
 def retrying(
@@ -130,6 +146,10 @@ class KubeCluster:
         )
 
     def list_pods(self, node: str) -> list[Json]:
+        return self.list_pods_and_revision(node)[0]
+
+    def list_pods_and_revision(self, node: str) -> tuple[list[Json], str]:
+        """The pods bound to ``node`` and the revision of the list (to watch from)."""
         listed = kubeapi.fetch(
             lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
@@ -138,7 +158,25 @@ class KubeCluster:
             ),
             f"list pods on {node}",
         )
-        return list(listed.get("items") or [])
+        revision = str((listed.get("metadata") or {}).get("resourceVersion") or "")
+        return list(listed.get("items") or []), revision
+
+    def watch_pods(self, node: str, revision: str, timeout: int) -> PodStream:
+        """Changes to the pods bound to ``node`` after ``revision``, for ``timeout`` seconds."""
+        what = f"watch pods on {node}"
+        try:
+            response = self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                watch=True,
+                resource_version=revision,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                _request_timeout=(self._timeout, timeout + self._timeout),
+            )
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
+        return _WatchResponse(response, what)
 
     def patch_pod_annotations(
         self,
@@ -159,6 +197,51 @@ class KubeCluster:
             ),
             f"patch pod {namespace}/{name}",
         )
+
+
+class _WatchResponse:
+    """A watch answer read as it arrives, one event per line; see ``PodStream``."""
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+        self._closing = threading.Event()
+        self._ended = threading.Event()
+
+    def __iter__(self) -> Iterator[Json]:
+        pending = bytearray()
+        try:
+            for chunk in self._response.stream(amt=None, decode_content=True):
+                pending += chunk
+                start = 0
+                while (end := pending.find(b"\n", start)) >= 0:
+                    line = bytes(pending[start:end]).strip()
+                    start = end + 1
+                    if line:
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+                del pending[:start]
+        except kubeapi.FAILURES as exc:
+            if not self._closing.is_set():
+                raise kubeapi.translate(exc, self._what) from exc
+        except ValueError as exc:
+            raise kubeapi.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
+        finally:
+            self._ended.set()
+            if self._closing.is_set():
+                self._response.close()  # its socket was shut down: it cannot be reused
+            else:
+                self._response.release_conn()
+
+    def close(self) -> None:
+        if self._ended.is_set() or self._closing.is_set():
+            return
+        self._closing.set()
+        try:
+            self._response.shutdown()
+        except (AttributeError, OSError):
+            self._response.close()
 
 
 def _annotation_patch(annotations: dict[str, str | None], resource_version: str) -> Json:

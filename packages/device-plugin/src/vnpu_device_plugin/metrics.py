@@ -12,6 +12,8 @@ from the closed sets below, never from pods or chips.
 | ``vnpu_device_plugin_vnpus_created_total`` | |
 | ``vnpu_device_plugin_vnpus_destroyed_total`` | ``reason``: ``DESTROY_REASONS`` |
 | ``vnpu_device_plugin_vnpus_reclaimed_total`` | ``reason``: ``RECLAIM_REASONS`` |
+| ``vnpu_device_plugin_vnpus_reclaimed_by_trigger_total`` | ``trigger``: ``RECLAIM_TRIGGERS`` |
+| ``vnpu_device_plugin_pod_watch_restarts_total`` | ``reason``: ``WATCH_RESTART_REASONS`` |
 | ``vnpu_device_plugin_vnpus_owned`` | |
 | ``vnpu_device_plugin_health_transitions_total`` | ``to``: healthy or unhealthy |
 | ``vnpu_device_plugin_chips`` | ``health``: healthy or unhealthy |
@@ -38,6 +40,15 @@ ALLOCATION_RESULTS = (
 )
 DESTROY_REASONS = ("rollback", "reclaimed")
 RECLAIM_REASONS = ("owner_gone", "owner_finished", "init_finished", "unowned")
+RECLAIM_TRIGGERS = (
+    "watch",  # the pod watch saw the owner deleted or finished
+    "allocate",  # an Allocate found the chip it must use short of room
+    "periodic",  # the reconciler's pass (and the one at start)
+)
+WATCH_RESTART_REASONS = (
+    "expired",  # 410: the revision is too old; the pods are listed again
+    "error",  # the API failed or could not be reached; retried with backoff
+)
 _BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -73,8 +84,14 @@ class Metrics:
         )
         self.vnpus_reclaimed = Counter(
             "vnpu_device_plugin_vnpus_reclaimed",
-            "vNPUs the reconciler destroyed, by why nobody needed them any more.",
+            "vNPUs destroyed because nobody needed them any more, by why.",
             ["reason"],
+            registry=r,
+        )
+        self.vnpus_reclaimed_by_trigger = Counter(
+            "vnpu_device_plugin_vnpus_reclaimed_by_trigger",
+            "vNPUs destroyed because nobody needed them any more, by what started the reclaim.",
+            ["trigger"],
             registry=r,
         )
         self.vnpus_owned = Gauge(
@@ -106,6 +123,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.pod_watch_restarts = Counter(
+            "vnpu_device_plugin_pod_watch_restarts",
+            "Watches of the node's pods started again after they failed, by why.",
+            ["reason"],
+            registry=r,
+        )
         self.api_retries = Counter(
             "vnpu_device_plugin_api_retries",
             "Kubernetes API calls repeated after an outage or a conflict.",
@@ -124,6 +147,10 @@ class Metrics:
             self.vnpus_destroyed.labels(reason)
         for reason in RECLAIM_REASONS:
             self.vnpus_reclaimed.labels(reason)
+        for trigger in RECLAIM_TRIGGERS:
+            self.vnpus_reclaimed_by_trigger.labels(trigger)
+        for reason in WATCH_RESTART_REASONS:
+            self.pod_watch_restarts.labels(reason)
         for state in ("healthy", "unhealthy"):
             self.health_transitions.labels(state)
         for result in ("success", "failure"):

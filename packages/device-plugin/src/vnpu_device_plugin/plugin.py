@@ -5,7 +5,7 @@ their own backend and API (``npu=``, ``api=``). Start-up, in order: open the NPU
 read the chips; load the device config; build the inventory; open the ledger (a broken one
 stops the start); poll health once; reconcile once (so vNPUs left by a crash are settled
 before anything is served); publish the node annotations; serve the socket and register
-with kubelet; then start the pollers and ``/metrics``. Any failure before serving raises
+with kubelet; then start the pollers, the reconciler, the pod watch and ``/metrics``. Any failure before serving raises
 ``errors.SettingsError``, ``errors.LedgerError`` or the backend's ``NpuError``, naming the
 cause. ``stop`` undoes it in reverse; in-flight Allocates finish first (one second grace).
 """
@@ -33,7 +33,9 @@ from vnpu_device_plugin import (
     metrics,
     monitoring,
     podresources,
+    podwatch,
     publisher,
+    reclaim,
     reconciler,
     registration,
     service,
@@ -125,18 +127,39 @@ class Plugin:
         crash = crashpoints.CrashPoints(options.crash_at)
         self.vnpus = lifecycle.Lifecycle(self.npu, self.ledger, self.stats, crash)
         paths = environment.SoftPaths(options.hami_core_dir, options.hami_shared_dir)
+        self.kubelet_view = podresources.Reader(
+            options.pod_resources_socket, self.inventory.resource_name
+        )
+        self.reclaimer = reclaim.Reclaimer(
+            self.npu,
+            self.ledger,
+            self.vnpus,
+            api,
+            self.stats,
+            node=options.node_name,
+            kubelet=self.kubelet_view.listing,
+            handouts=podresources.Handouts(),
+        )
         self.reconciler = reconciler.Reconciler(
             self.npu,
             self.inventory,
             self.ledger,
-            self.vnpus,
+            self.reclaimer,
             api,
             self.stats,
             lock=self.lock,
             grace=options.unowned_grace,
             interval=options.reconcile_interval,
-            live_kubelet=lambda: podresources.live_pods(options.pod_resources_socket),
             paths=paths,
+        )
+        self.pod_watch = podwatch.PodWatch(
+            api,
+            options.node_name,
+            self.reclaimer,
+            self.stats,
+            lock=self.lock,
+            resync=self.reconciler.poke,
+            give_up=options.reconcile_interval,
         )
         self.publisher = publisher.Publisher(
             api,
@@ -169,6 +192,7 @@ class Plugin:
             self.inventory,
             pods,
             self.vnpus,
+            self.reclaimer,
             self.stats,
             crash,
             mode=options.vnpu_mode,
@@ -224,6 +248,8 @@ class Plugin:
         self.link.start()
         self.health.start()
         self.reconciler.start()
+        if self.options.pod_watch:
+            self.pod_watch.start(self.reconciler.revision)
         self.monitoring.start()
         self._started = True
 
@@ -232,6 +258,7 @@ class Plugin:
         self._started = False
         self.board.close()
         self.link.stop()
+        self.pod_watch.stop()
         self.reconciler.stop()
         self.health.stop()
         self.publisher.stop()

@@ -1,39 +1,156 @@
-"""The kubelet's PodResources view: which pods still hold devices of our resource on this node.
+"""The kubelet's PodResources view: which pods' containers still hold devices of our resource.
 
 A pod deleted from the API (``--force --grace-period=0``) may still have running
-containers; kubelet keeps it in PodResources until they are gone. The ``reconciler`` asks
-here before it treats a vNPU owner as gone, so it never destroys a vNPU a live container
-may use. ``live_pods`` answers None when the socket is missing or does not answer, and
-the reconciler then relies on the API and the driver's in-use flag alone.
+containers; kubelet keeps listing it, with its devices, until they are gone. ``reclaim``
+asks here before it treats a vNPU owner as gone, so a live container's vNPU is never
+destroyed. Three parts:
+
+* ``Reader`` asks kubelet's ``List`` and gives a ``Listing`` (device ids of our resource per
+  pod), or None when the socket is missing or does not answer: then nothing can be
+  proven, and owners that are gone from the API keep their vNPUs until a later try. It
+  logs the outage once, and once more when kubelet answers again.
+* ``Handouts`` remembers which device ids this plugin's Allocate answered for each pod's
+  regular containers (in memory; a restart forgets it). PodResources names pods by
+  namespace and name only, so a pod deleted and created again with the same name would
+  look alive: the device ids decide which of the two kubelet lists.
+* ``Handouts.held`` is the check itself: does kubelet still list the owner's containers
+  with the devices it got?
+
+``plugin`` builds one ``Reader`` and one ``Handouts``; ``allocations`` records handouts and
+``reclaim`` asks ``held``, both under the plugin's allocation lock.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import structlog
 
+from vnpu_device_plugin import ledger
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 
 log = structlog.get_logger(__name__)
 TIMEOUT = 2.0
 
 
-def live_pods(socket: Path) -> set[tuple[str, str]] | None:
-    """(namespace, name) of every pod kubelet lists as active; None when it cannot say.
+@dataclass(frozen=True)
+class Listing:
+    """What one ``List`` answered: for each active pod, the device ids of our resource it holds.
 
-    Every active pod counts, with or without devices in its regular containers: PodResources
-    does not list run-to-completion init containers, which may own a vNPU too.
+    Every active pod is a key, with or without devices: PodResources does not list
+    run-to-completion init containers, which may own a vNPU too.
     """
+
+    pods: Mapping[tuple[str, str], frozenset[str]]  # (namespace, name) -> device ids
+
+    def lists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.pods
+
+    def devices(self, namespace: str, name: str) -> frozenset[str]:
+        return self.pods.get((namespace, name), frozenset())
+
+
+def read(socket: Path, resource: str) -> Listing:
+    """kubelet's answer; ``OSError`` when the socket is missing, ``grpc.RpcError`` on failure."""
     if not socket.exists():
-        return None
-    try:
-        with grpc.insecure_channel(f"unix://{socket}") as channel:
-            listed = api_pb2_grpc.PodResourcesListerStub(channel).List(
-                api_pb2.ListPodResourcesRequest(), timeout=TIMEOUT
-            )
-    except grpc.RpcError as exc:
-        log.warning("pod_resources_unavailable", socket=str(socket), error=str(exc.code()))
-        return None
-    return {(pod.namespace, pod.name) for pod in listed.pod_resources}
+        raise FileNotFoundError(f"no socket at {socket}")
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        listed = api_pb2_grpc.PodResourcesListerStub(channel).List(
+            api_pb2.ListPodResourcesRequest(), timeout=TIMEOUT
+        )
+    pods: dict[tuple[str, str], frozenset[str]] = {}
+    for pod in listed.pod_resources:
+        ids = {
+            device_id
+            for container in pod.containers
+            for devices in container.devices
+            if devices.resource_name == resource
+            for device_id in devices.device_ids
+        }
+        key = (pod.namespace, pod.name)
+        pods[key] = pods.get(key, frozenset()) | ids  # a name twice: both pods' devices
+    return Listing(pods)
+
+
+class Reader:
+    """Reads ``socket`` for ``resource``; logs an outage once, and its end."""
+
+    def __init__(self, socket: Path, resource: str) -> None:
+        self.socket = socket
+        self.resource = resource
+        self._down = False
+        self._guard = threading.Lock()
+
+    def listing(self) -> Listing | None:
+        """What kubelet lists now, or None when it cannot say."""
+        try:
+            found = read(self.socket, self.resource)
+        except (OSError, grpc.RpcError) as exc:
+            problem = str(exc.code()) if isinstance(exc, grpc.RpcError) else str(exc)
+            with self._guard:
+                first, self._down = not self._down, True
+            if first:
+                log.warning(
+                    "pod_resources_unavailable",
+                    socket=str(self.socket),
+                    error=problem,
+                    effect="vNPUs of pods gone from the API are kept until kubelet answers",
+                )
+            return None
+        with self._guard:
+            recovered, self._down = self._down, False
+        if recovered:
+            log.info("pod_resources_available", socket=str(self.socket))
+        return found
+
+
+class Handouts:
+    """Device ids this plugin gave each pod's regular containers (``record``), and who has each now."""
+
+    def __init__(self) -> None:
+        self._by_pod: dict[str, frozenset[str]] = {}
+        self._holder: dict[str, str] = {}  # device id -> the pod UID it was last given to
+        self._guard = threading.Lock()
+
+    def record(self, pod_uid: str, device_ids: Iterable[str]) -> None:
+        """An Allocate gave ``device_ids`` to regular containers of pod ``pod_uid``."""
+        ids = frozenset(device_ids)
+        with self._guard:
+            self._by_pod[pod_uid] = self._by_pod.get(pod_uid, frozenset()) | ids
+            for device_id in ids:
+                self._holder[device_id] = pod_uid
+
+    def keep_only(self, pod_uids: Iterable[str]) -> None:
+        """Forget the pods not named (no record of theirs is left to judge)."""
+        keep = set(pod_uids)
+        with self._guard:
+            for uid in [u for u in self._by_pod if u not in keep]:
+                del self._by_pod[uid]
+
+    def given(self, pod_uid: str) -> frozenset[str]:
+        """The device ids pod ``pod_uid`` got and no later pod got after it."""
+        with self._guard:
+            ids = self._by_pod.get(pod_uid, frozenset())
+            return frozenset(i for i in ids if self._holder.get(i) == pod_uid)
+
+    def held(self, record: ledger.Record, listing: Listing | None) -> bool:
+        """Whether kubelet may still run the record's containers (True when it cannot be told).
+
+        Not listed by name: not held. Listed, and this plugin gave the pod device ids in
+        this run: held while kubelet lists one of those ids under that name (a pod of the
+        same name that got other ids is another pod). Listed, ids unknown (given before a
+        restart, or to init containers only, which PodResources does not show): held.
+        """
+        if listing is None:
+            return True
+        if not listing.lists(record.namespace, record.pod):
+            return False
+        with self._guard:
+            known = bool(self._by_pod.get(record.pod_uid))
+        if not known:
+            return True
+        return bool(self.given(record.pod_uid) & listing.devices(record.namespace, record.pod))

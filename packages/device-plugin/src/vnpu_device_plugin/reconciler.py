@@ -6,17 +6,19 @@ allocation lock so no Allocate is half done while it looks. One pass:
 1. **Ledger against driver.** An ``intent`` whose vNPU exists (the plugin died after
    creating it) becomes ``owned``; an intent whose vNPU does not exist (died before) is
    dropped, and so is an ``owned`` record whose vNPU someone else destroyed.
-2. **Owned vNPUs.** A vNPU is destroyed when every owner is done: its pod is gone from the
-   API (and kubelet's PodResources does not list it either), or Succeeded/Failed, or the
-   owner is an init container that has terminated. Never while the driver says a
-   container holds it: that one waits for the next pass.
+2. **Owned vNPUs**, through ``reclaim`` (the code path the pod watch and Allocate use too):
+   a vNPU is destroyed when every owner is done: its pod is gone from the API (and
+   kubelet's PodResources no longer lists its containers with their devices), or
+   Succeeded/Failed, or the owner is an init container that has terminated. Never while
+   the driver says a container holds it: that one waits for the next pass.
 3. **Unowned vNPUs** (made by the runtime, an operator, or lost with a ledger): destroyed
    only after ``grace`` seconds unowned and idle, and only on a chip where no running pod
    has a vNPU the ledger does not account for (it may be that pod's).
 4. hami-vnpu-core per-container directories of pods that are gone are removed.
 
 It also remembers which chips live pods use (``busy``), which the health judgement
-needs. ``plugin`` runs it in its own thread.
+needs, and the revision of its pod list (``revision``), from which the pod watch starts. ``plugin`` runs it in its own thread; ``poke`` asks for a pass soon (after a failed
+Allocate, and when the pod watch lists again and may have missed deletions).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from vnpu_device_plugin import (
     devices,
     environment,
     ledger,
-    lifecycle,
     metrics,
     nodelock,
+    reclaim,
 )
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu import errors as npu_errors
@@ -59,49 +61,42 @@ class Pass:
     dropped: list[ledger.Record] = field(default_factory=list)
     recovered: list[ledger.Record] = field(default_factory=list)
     kept_in_use: list[tuple[int, int]] = field(default_factory=list)
+    kept_listed: list[tuple[int, int]] = field(default_factory=list)  # kubelet lists the owner
     pods_read: bool = False
 
 
-def _init_finished(pod: Mapping[str, Any], container: str) -> bool:
-    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
-        if status.get("name") == container:
-            return bool((status.get("state") or {}).get("terminated"))
-    return False
-
-
 class Reconciler:
-    """Reconciles ``inventory``'s chips; ``live_kubelet`` reads PodResources (None: unknown)."""
+    """Reconciles ``inventory``'s chips; owned vNPUs are reclaimed through ``reclaimer``."""
 
     def __init__(
         self,
         npu: backend.Backend,
         inventory: devices.Inventory,
         book: ledger.Ledger,
-        vnpus: lifecycle.Lifecycle,
+        reclaimer: reclaim.Reclaimer,
         api: cluster.Cluster,
         stats: metrics.Metrics,
         *,
         lock: threading.Lock,
         grace: float,
         interval: float,
-        live_kubelet: Callable[[], set[tuple[str, str]] | None],
         paths: environment.SoftPaths | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._npu = npu
         self._inventory = inventory
         self._book = book
-        self._vnpus = vnpus
+        self._reclaimer = reclaimer
         self._api = api
         self._stats = stats
         self._lock = lock
         self._grace = grace
         self._interval = interval
-        self._live_kubelet = live_kubelet
         self._paths = paths
         self._clock = clock
         self._unowned_since: dict[tuple[int, int], float] = {}
         self.busy: frozenset[int] = frozenset()
+        self.revision = ""  # of the last pod list; the pod watch starts from the first one
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,8 +105,8 @@ class Reconciler:
         report = Pass()
         with self._lock:
             try:
-                pods = cluster.retrying(
-                    lambda: self._api.list_pods(self._inventory.node),
+                pods, self.revision = cluster.retrying(
+                    lambda: self._api.list_pods_and_revision(self._inventory.node),
                     2,
                     on_retry=self._stats.retried,
                 )
@@ -122,9 +117,13 @@ class Reconciler:
             self._settle(driver, report)
             if pods is not None:
                 report.pods_read = True
-                kubelet = self._live_kubelet()
                 held = self._held(pods)
-                self._reclaim_owned(driver, pods, kubelet, report)
+                outcome = self._reclaimer.reclaim(
+                    reclaim.Owners.listed(pods), reclaim.Trigger.PERIODIC, driver=driver
+                )
+                report.reclaimed += outcome.reclaimed
+                report.kept_in_use += outcome.kept_in_use
+                report.kept_listed += outcome.kept_listed
                 self._reclaim_unowned(driver, held, report)
                 self._clean_soft_dirs(pods)
                 self.busy = frozenset(self._busy_chips(held))
@@ -162,66 +161,6 @@ class Reconciler:
                 owned = dataclasses.replace(record, state=ledger.State.OWNED)
                 self._book.replace(record, owned)
                 report.recovered.append(owned)
-
-    def _done(
-        self,
-        record: ledger.Record,
-        by_uid: Mapping[str, Json],
-        kubelet: set[tuple[str, str]] | None,
-    ) -> str | None:
-        """Why the record's owner no longer needs its vNPU, or None while it may."""
-        pod = by_uid.get(record.pod_uid)
-        if pod is None:
-            if kubelet is not None and (record.namespace, record.pod) in kubelet:
-                return None
-            return "owner_gone"
-        if (pod.get("status") or {}).get("phase") in core_ledger.FINISHED_PHASES:
-            return "owner_finished"
-        if record.init and _init_finished(pod, record.container):
-            return "init_finished"
-        return None
-
-    def _reclaim_owned(
-        self,
-        driver: Mapping[int, Mapping[int, backend.VnpuInfo]],
-        pods: list[Json],
-        kubelet: set[tuple[str, str]] | None,
-        report: Pass,
-    ) -> None:
-        by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
-        groups: dict[tuple[int, int], list[ledger.Record]] = {}
-        for record in self._book.records():
-            groups.setdefault(record.vnpu, []).append(record)
-        for (chip, vnpu_id), records in groups.items():
-            info = (driver.get(chip) or {}).get(vnpu_id)
-            if info is None:
-                continue
-            reasons = [self._done(r, by_uid, kubelet) for r in records]
-            finished = [r for r, why in zip(records, reasons, strict=True) if why]
-            if len(finished) < len(records):
-                self._book.remove(*finished)  # the vNPU stays for the owners still running
-                continue
-            if info.container_used:
-                report.kept_in_use.append((chip, vnpu_id))
-                continue
-            reason = str(reasons[0])
-            if self._destroy(chip, vnpu_id, reason, report):
-                self._book.remove(*records)
-
-    def _destroy(self, chip: int, vnpu_id: int, reason: str, report: Pass) -> bool:
-        try:
-            self._vnpus.destroy(chip, vnpu_id, "reclaimed")
-        except npu_errors.VnpuNotFound:
-            return True
-        except npu_errors.VnpuInUse:
-            report.kept_in_use.append((chip, vnpu_id))
-            return False
-        except npu_errors.NpuError as exc:
-            log.error("vnpu_reclaim_failed", chip=chip, vnpu=vnpu_id, error=str(exc))
-            return False
-        self._stats.vnpus_reclaimed.labels(reason).inc()
-        report.reclaimed.append((chip, vnpu_id, reason))
-        return True
 
     def _held(self, pods: list[Json]) -> list[tuple[str, protocol.DeviceEntry]] | None:
         """(pod uid, device) of every device live pods hold here; None when one is unreadable."""
@@ -280,7 +219,13 @@ class Reconciler:
                 since = self._unowned_since.setdefault(where, now)
                 if now - since < self._grace or chip in claimed:
                     continue
-                if self._destroy(chip, vnpu_id, "unowned", report):
+                outcome = reclaim.Outcome()
+                destroyed = self._reclaimer.destroy(
+                    chip, vnpu_id, "unowned", reclaim.Trigger.PERIODIC, outcome
+                )
+                report.reclaimed += outcome.reclaimed
+                report.kept_in_use += outcome.kept_in_use
+                if destroyed:
                     self._unowned_since.pop(where, None)
 
     def _clean_soft_dirs(self, pods: list[Json]) -> None:
@@ -334,7 +279,7 @@ class Reconciler:
             log.warning("stale_lock_not_checked", error=str(exc))
 
     def poke(self) -> None:
-        """Run a pass soon (an Allocate failed and may have left vNPUs to reclaim)."""
+        """Run a pass soon (an Allocate failed, or the pod watch may have missed events)."""
         self._wake.set()
 
     def start(self) -> None:

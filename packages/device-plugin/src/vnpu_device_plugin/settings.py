@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     """Seconds added to the handshake's ``Reported_`` time (HAMi's ``--report_time_offset``)."""
     reconcile_interval: float = pydantic.Field(default=60.0, gt=0)
     """Seconds between two passes comparing driver vNPUs, the ledger and the pods."""
+    pod_watch: bool = True
+    """Watch this node's pods and reclaim a deleted or finished pod's vNPUs at once (off: only
+    an Allocate short of room and the periodic pass reclaim)."""
     unowned_grace: float = pydantic.Field(default=300.0, ge=0)
     """Seconds an idle vNPU no record owns is left alone before it is destroyed."""
     allocate_wait: float = pydantic.Field(default=5.0, ge=0)
@@ -154,6 +157,22 @@ def parser() -> argparse.ArgumentParser:
         action="store_const",
         const=False,
         help="this node does not run hami-vnpu-core",
+    )
+    watch = cli.add_mutually_exclusive_group()
+    watch.add_argument(
+        "--pod-watch",
+        dest="pod_watch",
+        action="store_const",
+        const=True,
+        default=None,
+        help="reclaim the vNPUs of deleted or finished pods at once (default)",
+    )
+    watch.add_argument(
+        "--no-pod-watch",
+        dest="pod_watch",
+        action="store_const",
+        const=False,
+        help="reclaim only when an Allocate needs room and on the periodic pass",
     )
     cli.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
     return cli
