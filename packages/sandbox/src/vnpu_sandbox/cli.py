@@ -15,8 +15,17 @@ from vnpu_sandbox import __version__
 from vnpu_sandbox.apiserver import command as apiserver_command
 from vnpu_sandbox.kubelet import command as kubelet_command
 from vnpu_sandbox.platform import demo, down, status, up
+from vnpu_sandbox.scheduling import command as scheduler_command
 
-COMMANDS: tuple[ModuleType, ...] = (up, status, down, demo, apiserver_command, kubelet_command)
+COMMANDS: tuple[ModuleType, ...] = (
+    up,
+    status,
+    down,
+    demo,
+    apiserver_command,
+    kubelet_command,
+    scheduler_command,
+)
 
 
 def parser() -> argparse.ArgumentParser:
