@@ -96,9 +96,47 @@ def test_leaves_other_pods_untouched(kube: Any, make: Any, webhooked: Any) -> No
     other["spec"]["schedulerName"] = "volcano"
     stored = kube.add_pod(other)
     assert stored["spec"]["schedulerName"] == "volcano"
-    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "4000"
+    # Not rounded (that would be 6144); the API stores 4000 in its canonical form, 4k.
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "4k"
     ignored = make.pod("ignored", memory="4Gi", annotations={"hami.io/webhook": "ignore"})
     assert _limits(kube.add_pod(ignored))["huawei.com/Ascend310P-memory"] == "4Gi"
+
+
+@pytest.mark.parametrize("memory", ["3000", "3k", "3e3", "3000000m", 3000])
+def test_memory_in_any_decimal_form_rounds_like_the_plain_number(
+    kube: Any, make: Any, webhooked: Any, memory: object
+) -> None:
+    # The API hands the webhook 3000 as 3k; either way it is 3000 MiB, rounded to vir01.
+    stored = kube.add_pod(make.pod("forms", memory=memory))
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "3072"
+    assert stored["spec"]["schedulerName"] == "vnpu-scheduler"
+
+
+def test_soft_memory_kept_raw_reads_back_in_canonical_form(
+    kube: Any, make: Any, webhooked: Any
+) -> None:
+    soft = make.pod("soft", memory=4000, annotations={"huawei.com/vnpu-mode": "hami-core"})
+    stored = kube.add_pod(soft)
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "4k"
+    assert stored["spec"]["schedulerName"] == "vnpu-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("memory", "seen"),
+    [("4096Mi", "4Gi"), ("4Gi", "4Gi"), ("1500m", "1500m"), ("2.5", "2500m")],
+)
+def test_binary_units_and_fractions_are_denied_as_the_api_stored_them(
+    kube: Any, make: Any, webhooked: Any, memory: str, seen: str
+) -> None:
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as denied:
+        kube.add_pod(make.pod("units", memory=memory))
+    assert denied.value.status == 400
+    message = json.loads(denied.value.body)["message"]
+    assert message == (
+        "admission webhook \"vnpu-mutate.vnpu.io\" denied the request: container 'main': "
+        f"huawei.com/Ascend310P-memory={seen}: write MiB as a plain integer, e.g. 4096"
+    )
+    assert kube.core.list_namespaced_pod("default").items == []
 
 
 @pytest.mark.parametrize(

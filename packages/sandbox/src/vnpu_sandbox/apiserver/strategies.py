@@ -20,7 +20,7 @@ import copy
 import re
 from typing import Any
 
-from vnpu_sandbox.apiserver import errors, resources, selectors
+from vnpu_sandbox.apiserver import errors, quantities, resources, selectors
 
 Json = dict[str, Any]
 
@@ -131,8 +131,9 @@ def _webhook_defaults(config: Json) -> None:
 
 
 def defaults(resource: resources.Resource, obj: Json) -> None:
-    """Fill the scheme defaults of ``obj`` in place."""
+    """Fill the scheme defaults of ``obj`` in place, its quantities in canonical form first."""
     obj.setdefault("metadata", {})
+    quantities.canonicalise(resource.kind, resource.api_version, obj)
     if resource.kind == "Pod":
         _pod_defaults(obj)
     elif resource in resources.WORKLOADS:
