@@ -253,7 +253,11 @@ class Fault:
 
 
 class FaultProxy:
-    """An HTTP proxy on loopback in front of the API emulator that injects error answers."""
+    """An HTTP proxy on loopback in front of the API emulator that injects error answers.
+
+    Watch requests (``watch=true``) that get no fault are relayed as they stream, chunk by
+    chunk, so the plugin's pod watch works through the proxy too.
+    """
 
     def __init__(self, upstream: str) -> None:
         self.upstream = urlsplit(upstream)
@@ -272,6 +276,9 @@ class FaultProxy:
                 if fault is not None and not fault.after:
                     self._fail(fault.status)
                     return
+                if "watch=true" in self.path:
+                    self._relay(body)
+                    return
                 status, headers, data = proxy._forward(self.command, self.path, self.headers, body)
                 if fault is not None:
                     self._fail(fault.status)
@@ -285,11 +292,44 @@ class FaultProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _relay(self, body: bytes) -> None:
+                """Pass a streaming answer on as it arrives (chunked), until either side ends."""
+                upstream = http.client.HTTPConnection(
+                    proxy.upstream.hostname or "127.0.0.1", proxy.upstream.port, timeout=None
+                )
+                self.close_connection = True
+                try:
+                    forwarded = {
+                        k: v
+                        for k, v in self.headers.items()
+                        if k.lower() not in ("host", "connection")
+                    }
+                    upstream.request(self.command, self.path, body=body or None, headers=forwarded)
+                    response = upstream.getresponse()
+                    proxy.requests.append((self.command, self.path, response.status))
+                    self.send_response(response.status)
+                    for key, value in response.getheaders():
+                        if key.lower() not in ("transfer-encoding", "content-length", "connection"):
+                            self.send_header(key, value)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    while chunk := response.read1(65536):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass  # the plugin closed its watch, or the API went away
+                finally:
+                    upstream.close()
+
             def _fail(self, status: int) -> None:
                 proxy.requests.append((self.command, self.path, status))
-                reason = {409: "Conflict", 500: "InternalError", 503: "ServiceUnavailable"}.get(
-                    status, "Failure"
-                )
+                reason = {
+                    409: "Conflict",
+                    410: "Expired",
+                    500: "InternalError",
+                    503: "ServiceUnavailable",
+                }.get(status, "Failure")
                 data = json.dumps(
                     {
                         "kind": "Status",

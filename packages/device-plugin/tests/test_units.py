@@ -1,5 +1,6 @@
 """Small table-driven tests of the plugin's parts that need no sockets: device ids, the node
-annotations, the pod plan, the environment contract, the ledger file and the settings."""
+annotations, the pod plan, the environment contract, the ledger file, the settings and the
+PodResources check that tells a pod from one created again with its name."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from vnpu_device_plugin import (
     ledger,
     metrics,
     podplan,
+    podresources,
     publisher,
     registration,
     settings,
@@ -496,3 +498,54 @@ def test_a_plugin_directory_too_long_for_a_unix_socket_is_a_settings_error(tmp_p
     assert caught.value.value == str(deep)
     assert "at most 107" in str(caught.value)
     assert not deep.exists()  # refused before anything was created
+
+
+# -- PodResources: which pod of a name kubelet lists ---------------------------------------
+
+
+def _owner(uid: str, name: str = "web") -> ledger.Record:
+    return ledger.Record(
+        uid, "default", name, "c0", False, 0, "U0", 100, "vir01", ledger.State.OWNED, 0.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "listed", "held"),
+    [
+        ({}, None, True),  # PodResources did not answer: cannot tell
+        ({"a": ["U0-0"]}, {}, False),  # not listed: its containers are gone
+        ({"a": ["U0-0"]}, {"web": ["U0-0"]}, True),  # listed with what it got
+        ({}, {"web": ["U0-3"]}, True),  # given before a restart: the name decides
+        ({"a": ["U0-0"]}, {"web": ["U0-1"]}, False),  # the name's devices are another pod's
+        ({"a": ["U0-0"], "b": ["U0-0"]}, {"web": ["U0-0"]}, False),  # its id went to a later pod
+        ({"a": ["U0-0", "U0-1"], "b": ["U0-0"]}, {"web": ["U0-0", "U0-1"]}, True),  # both run
+    ],
+)
+def test_kubelet_holds_an_owner_only_while_it_lists_the_devices_that_owner_got(
+    given: dict[str, list[str]], listed: dict[str, list[str]] | None, held: bool
+) -> None:
+    handouts = podresources.Handouts()
+    for uid, ids in given.items():  # in Allocate order
+        handouts.record(uid, ids)
+    listing = (
+        None
+        if listed is None
+        else podresources.Listing({("default", n): frozenset(i) for n, i in listed.items()})
+    )
+    assert handouts.held(_owner("a"), listing) is held
+
+
+def test_handouts_forget_pods_without_records() -> None:
+    handouts = podresources.Handouts()
+    handouts.record("a", ["U0-0"])
+    handouts.record("b", ["U0-1"])
+    handouts.keep_only(["b"])
+    listing = podresources.Listing({("default", "web"): frozenset({"U0-5"})})
+    assert handouts.held(_owner("a"), listing)  # forgotten: listed by name is enough
+    assert not handouts.held(_owner("b"), listing)
+    assert handouts.given("b") == {"U0-1"}
+
+
+def test_the_pod_watch_can_be_switched_off() -> None:
+    assert settings.from_args(["--node-name", "x"]).pod_watch is True
+    assert settings.from_args(["--node-name", "x", "--no-pod-watch"]).pod_watch is False
