@@ -194,7 +194,8 @@ def test_a_failed_bind_is_reported_and_retried_after_backoff(
         "node n1 is locked by pod default/other (waited 20.0 s)"
     ]
     condition = cluster.condition("p")
-    assert condition is not None and condition["status"] == "True"  # the Binding set it
+    assert condition is not None
+    assert condition["status"] == "True"  # the Binding set it
 
 
 def test_the_bind_error_sets_scheduler_error_condition(
