@@ -7,8 +7,9 @@
   kubelet restarts (``registration``), the DevicePlugin service (``service``), device ids
   and health (``devices``, ``health``), node annotations (``publisher``), pod
   identification and Allocate (``finder``, ``podplan``, ``allocations``, ``environment``),
-  vNPU ownership (``lifecycle``, ``ledger``, ``reconciler``), the API adapter
-  (``cluster``), metrics and probes (``metrics``, ``monitoring``). docs/device-plugin.md.
+  vNPU ownership and reclaim (``lifecycle``, ``ledger``, ``reclaim``, ``reconciler``,
+  ``podwatch``, ``podresources``), the API adapter (``cluster``), metrics and probes
+  (``metrics``, ``monitoring``). docs/device-plugin.md.
 """
 
 __version__ = "0.1.0"
