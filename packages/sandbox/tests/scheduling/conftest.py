@@ -170,7 +170,7 @@ class FakeExtender:
     ``calls`` holds ``(verb, body, monotonic time)`` in arrival order.
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster | None, *, ssl: dict[str, str] | None = None) -> None:
         self.cluster = cluster
         self.calls: list[tuple[str, Json, float]] = []
         self.on_filter: Callable[[Json], Any] = self.pass_all
@@ -189,8 +189,11 @@ class FakeExtender:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         self._listener = listener
-        self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        scheme = "https" if ssl else "http"
+        self.url = f"{scheme}://127.0.0.1:{listener.getsockname()[1]}"
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", **(ssl or {}))
+        )
         self._thread = threading.Thread(
             target=lambda: self._server.run(sockets=[listener]), daemon=True
         )
@@ -207,6 +210,7 @@ class FakeExtender:
         return {"NodeNames": self.names(body), "FailedNodes": {}, "Error": ""}
 
     def bind(self, body: Json) -> Json:
+        assert self.cluster is not None, "this fake extender has no cluster to bind in"
         self.cluster.core.create_namespaced_pod_binding(
             body["PodName"],
             body["PodNamespace"],
@@ -232,7 +236,7 @@ class FakeExtender:
                 "bind": self.on_bind,
             }[verb]
             answer = await run_in_threadpool(handler, body)
-            return JSONResponse(answer)
+            return answer if isinstance(answer, Response) else JSONResponse(answer)
 
         return endpoint
 
