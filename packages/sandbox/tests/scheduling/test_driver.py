@@ -9,6 +9,7 @@ is deleted, and the built-in filters.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from vnpu_sandbox.scheduling import config
 
 from .conftest import Cluster, FakeExtender, Start, extender_config, wait_for
 
+Json = dict[str, Any]
 CHIP = {"example.com/chip": "1"}
 
 
@@ -64,7 +66,7 @@ def test_whole_nodes_are_sent_when_not_node_cache_capable(
     cluster.add_node("n1", labels={"rack": "r1"})
     cluster.add_node("n2")
 
-    def keep_n1(body: dict) -> dict:  # type: ignore[type-arg]
+    def keep_n1(body: Json) -> Json:
         kept = [n for n in body["Nodes"]["items"] if n["metadata"]["name"] == "n1"]
         return {"Nodes": {"items": kept}, "FailedNodes": {"n2": "no"}, "Error": ""}
 
@@ -175,7 +177,7 @@ def test_a_failed_bind_is_reported_and_retried_after_backoff(
     cluster.add_node("n1")
     failures = ["node n1 is locked by pod default/other (waited 20.0 s)"]
 
-    def bind_once_failing(body: dict) -> dict:  # type: ignore[type-arg]
+    def bind_once_failing(body: Json) -> Json:
         if failures:
             return {"Error": failures.pop()}
         return extender.bind(body)
@@ -264,7 +266,7 @@ def test_selectors_taints_and_cpu_pick_the_nodes(cluster: Cluster, start_driver:
     cluster.add_node("d", cpu="16", ready="False", labels={"zone": "d"})
     start_driver(config.Config())
 
-    def affinity(operator: str, values: list[str]) -> dict:  # type: ignore[type-arg]
+    def affinity(operator: str, values: list[str]) -> Json:
         term = {"matchExpressions": [{"key": "zone", "operator": operator, "values": values}]}
         return {
             "nodeAffinity": {

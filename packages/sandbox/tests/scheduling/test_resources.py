@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
 from vnpu_sandbox.scheduling import errors, podrequests, quantities
 
+Json = dict[str, Any]
 GI = 2**30
 
 
@@ -63,10 +65,10 @@ def test_rounding_is_up(text: str, milli: int, whole: int) -> None:
     assert quantities.whole(text) == whole
 
 
-def pod(containers: list[dict], init: list[dict] | None = None, **spec: object) -> dict:  # type: ignore[type-arg]
-    def container(requests: dict) -> dict:  # type: ignore[type-arg]
+def pod(containers: list[Json], init: list[Json] | None = None, **spec: object) -> Json:
+    def container(requests: Json) -> Json:
         restart = requests.pop("restartPolicy", None)
-        body: dict = {"name": "c", "resources": {"requests": requests}}  # type: ignore[type-arg]
+        body: Json = {"name": "c", "resources": {"requests": requests}}
         if restart:
             body["restartPolicy"] = restart
         return body
@@ -109,7 +111,7 @@ def pod(containers: list[dict], init: list[dict] | None = None, **spec: object) 
         ),
     ],
 )
-def test_demand(name: str, body: dict, cpu: int, memory: int, scalars: dict) -> None:  # type: ignore[type-arg]
+def test_demand(name: str, body: Json, cpu: int, memory: int, scalars: dict[str, int]) -> None:
     demand = podrequests.demand(body)
     assert (demand.milli_cpu, demand.memory, dict(demand.scalars)) == (cpu, memory, scalars), name
 
