@@ -133,7 +133,7 @@ def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
             r["metric"]["model"]: float(r["value"][1])
             for r in sandbox.promql("sum by (model) (vnpu_chip_allocated_memory_bytes)")
         }
-        assert by_model["310P3"] == (3072 + 6144) * 2**20, by_model
+        assert by_model["Ascend310P"] == (3072 + 6144) * 2**20, by_model
 
     # Deleting the pods frees every vNPU on the chips and in the ledgers.
     sandbox.ctl.run(["delete", "pod", "ocr", "asr", "train", "rerank", "too-big", "--wait=false"])

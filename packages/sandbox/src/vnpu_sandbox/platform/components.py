@@ -65,15 +65,21 @@ def free_port() -> int:
 
 
 def choose_ports(
-    nodes: Sequence[clusterfile.NodeSpec], api: int = 0, prometheus: int | None = 0
+    nodes: Sequence[clusterfile.NodeSpec],
+    api: int = 0,
+    prometheus: int | None = 0,
+    exporters: bool = True,
 ) -> Ports:
-    """Ports for every listener; 0 picks a free one, None (Prometheus) means none."""
+    """Ports for every listener; 0 picks a free one, None (Prometheus) means none.
+
+    Without ``exporters`` no node gets an exporter (and so no exporter port).
+    """
     return Ports(
         api=api or free_port(),
         scheduler=free_port(),
         prometheus=0 if prometheus is None else prometheus or free_port(),
         device_plugins={n.name: free_port() for n in nodes},
-        exporters={n.name: free_port() for n in nodes},
+        exporters={n.name: free_port() for n in nodes} if exporters else {},
     )
 
 
@@ -143,7 +149,7 @@ def services(
 
 
 def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) -> list[Component]:
-    """The simulated kubelet, the device plugin and the exporter of one node."""
+    """The simulated kubelet, the device plugin and (when it has a port) the exporter of a node."""
     dirs = where.node(node.name)
     kubeconfig = str(where.kubeconfig)
     kubelet = _python(
@@ -188,35 +194,38 @@ def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) 
         "--hami-shared-dir",
         str(dirs.hami_shared),
     )
-    exporter = _python(
-        "vnpu_exporter",
-        "--node-name",
-        node.name,
-        "--backend",
-        "sim",
-        "--sim-dir",
-        str(dirs.sim),
-        "--pod-resources-socket",
-        str(dirs.pod_resources_socket),
-        "--kubeconfig",
-        kubeconfig,
-        "--device-plugin-state-dir",
-        str(dirs.plugin_state),
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(ports.exporters[node.name]),
-        *(f"--interval={group}={EXPORTER_REFRESH_SECONDS:g}" for group in EXPORTER_FAST_GROUPS),
-    )
-    return [
+    agents = [
         Component(f"kubelet-{node.name}", kubelet),
         Component(
             f"device-plugin-{node.name}",
             plugin,
             url(ports.device_plugins[node.name], "/healthz"),
         ),
-        Component(f"exporter-{node.name}", exporter, url(ports.exporters[node.name], "/healthz")),
     ]
+    port = ports.exporters.get(node.name)
+    if port is not None:
+        exporter = _python(
+            "vnpu_exporter",
+            "--node-name",
+            node.name,
+            "--backend",
+            "sim",
+            "--sim-dir",
+            str(dirs.sim),
+            "--pod-resources-socket",
+            str(dirs.pod_resources_socket),
+            "--kubeconfig",
+            kubeconfig,
+            "--device-plugin-state-dir",
+            str(dirs.plugin_state),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            *(f"--interval={group}={EXPORTER_REFRESH_SECONDS:g}" for group in EXPORTER_FAST_GROUPS),
+        )
+        agents.append(Component(f"exporter-{node.name}", exporter, url(port, "/healthz")))
+    return agents
 
 
 def write_chips(dirs: layout.NodeDirs, node: clusterfile.NodeSpec) -> None:

@@ -109,4 +109,3 @@ def stop(processes: Sequence[Process], grace: float = 10.0) -> list[Process]:
 def _signal(process: Process, number: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(process.pid, number)
-
