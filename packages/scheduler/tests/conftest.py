@@ -208,6 +208,8 @@ def start_scheduler(kube: Kube) -> Iterator[StartScheduler]:
             "webhook_port": 0,
             "config_poll_seconds": 0.1,
             "lock_wait": 2.0,
+            "webhook_host": "127.0.0.1",
+            "metrics_host": "127.0.0.1",
         }
         options.update(overrides)
         config = settings.Settings(**options)

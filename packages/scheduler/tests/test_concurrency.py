@@ -35,7 +35,7 @@ SHAPES: list[tuple[int | None, int]] = (
 def _start_replica(kubeconfig: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     command = [
         sys.executable, "-m", "vnpu_scheduler", "--kubeconfig", str(kubeconfig),
-        "--host", "127.0.0.1", "--port", "0", "--lock-wait", "25",
+        "--host", "127.0.0.1", "--port", "0", "--lock-wait", "25", "--bind-timeout", "28",
     ]  # fmt: skip
     handle = log.open("wb")
     process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)

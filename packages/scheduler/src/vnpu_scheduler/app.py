@@ -9,9 +9,13 @@ locks, the webhook and the metrics. ``server`` serves the app with uvicorn. Rout
 * ``GET /healthz`` (the process answers), ``/readyz`` (caches synced, config loaded;
   the body says which and shows a rejected config reload), ``/metrics``.
 
-A malformed body is answered with HTTP 400 and the verb's error shape naming the field;
-nothing about the request is written anywhere. Blocking Kubernetes calls run in a thread
-pool of ``api_threads`` workers, never on the event loop.
+A malformed body (not JSON, nested too deep, a value of the wrong JSON type where the
+scheduler reads one) is answered with HTTP 400 in the verb's own reply shape
+(``wire.refusal``) naming the JSON path, with the message in the ``vnpu-error`` header too;
+nothing about the request is written anywhere. Which listener serves which route, and how
+large a body may be, is decided in front of the app (``intake``); its refusals are logged
+and counted here (``Service.refused``). Blocking Kubernetes calls run in a thread pool of
+``api_threads`` workers, never on the event loop.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ log = structlog.get_logger(__name__)
 
 def _json(document: object, status: int = 200) -> fastapi.Response:
     return fastapi.Response(json.dumps(document), status, media_type="application/json")
+
+
+def _refusal(verb: str, exc: errors.BadRequest, uid: str = "") -> fastapi.Response:
+    """HTTP 400 in ``verb``'s reply shape, the message also in the ``vnpu-error`` header."""
+    text = str(exc)
+    response = _json(wire.refusal(verb, text, 400, uid), 400)
+    response.headers[wire.ERROR_HEADER] = wire.header_text(text)
+    return response
 
 
 class Service:
@@ -122,6 +134,12 @@ class Service:
         """Run a blocking call in the API thread pool."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(call, *args))
+
+    def refused(self, verb: str, outcome: str, message: str) -> None:
+        """A listener's intake refused a request before the app saw it: count it, log it."""
+        if verb:
+            self.stats.requests.labels(verb, outcome).inc()
+        log.info("request", verb=verb or "other", outcome=outcome, error=message)
 
     def allocations(self) -> metrics.Snapshot:
         """Per-chip usage of every available node and the node counts (read on each scrape)."""
@@ -253,6 +271,7 @@ def build(
         title="vnpu-scheduler", lifespan=service.lifespan, docs_url=None, redoc_url=None
     )
     app.state.service = service
+    app.state.on_refusal = service.refused
     _extender_routes(app, service)
     _admission_routes(app, service)
     _probe_routes(app, service)
@@ -269,7 +288,7 @@ def _extender_routes(app: fastapi.FastAPI, service: Service) -> None:
                 args = wire.read_extender_args(await request.body())
             except errors.BadRequest as exc:
                 seen.update(outcome="bad_request", error=str(exc))
-                return _json(wire.filter_result(None, [], {}, {}, str(exc)), 400)
+                return _refusal("filter", exc)
             seen["pod"] = _pod_name(args.Pod)
             if not service.cache.synced:
                 seen.update(outcome="error", error="cache not synced")
@@ -287,7 +306,7 @@ def _extender_routes(app: fastapi.FastAPI, service: Service) -> None:
                 args = wire.read_extender_args(await request.body())
             except errors.BadRequest as exc:
                 seen.update(outcome="bad_request", error=str(exc))
-                return _json({"Error": str(exc)}, 400)
+                return _refusal("prioritize", exc)
             seen["pod"] = _pod_name(args.Pod)
             return _json(service.extender.prioritize(args))
 
@@ -298,7 +317,7 @@ def _extender_routes(app: fastapi.FastAPI, service: Service) -> None:
                 args = wire.read_binding_args(await request.body())
             except errors.BadRequest as exc:
                 seen.update(outcome="bad_request", error=str(exc))
-                return _json(wire.binding_result(str(exc)), 400)
+                return _refusal("bind", exc)
             seen.update(pod=f"{args.PodNamespace}/{args.PodName}", node=args.Node)
             try:
                 seen["chips"] = await service.binder.bind(args)
@@ -319,9 +338,12 @@ def _admission_routes(app: fastapi.FastAPI, service: Service) -> None:
             with _observe(stats, verb) as seen:
                 try:
                     review = wire.read_admission_review(await request.body())
+                except errors.BadReview as exc:
+                    seen.update(outcome="bad_request", error=str(exc))
+                    return _refusal(verb, exc, exc.uid)
                 except errors.BadRequest as exc:
                     seen.update(outcome="bad_request", error=str(exc))
-                    return _json({"error": str(exc)}, 400)
+                    return _refusal(verb, exc)
                 if review.request.object is not None:
                     meta = review.request.object.get("metadata") or {}
                     namespace = meta.get("namespace") or review.request.namespace

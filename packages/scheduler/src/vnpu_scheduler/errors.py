@@ -7,6 +7,7 @@ reply its caller expects::
 
     SchedulerError
     ├── BadRequest          a request body is malformed (field, value)          -> HTTP 400
+    │   └── BadReview       ... an AdmissionReview (uid, when it could be read, for the reply)
     ├── BindError           a pod cannot be bound to a node (pod, node, reason)
     └── SettingsError       a flag, environment value or kubeconfig is invalid at start (field, value)
 
@@ -39,6 +40,14 @@ class BadRequest(SchedulerError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"{field}: {problem} (got {shown})")
+
+
+class BadReview(BadRequest):
+    """An AdmissionReview body is malformed; ``uid`` is its request's uid ('' if unreadable)."""
+
+    def __init__(self, uid: str, field: str, value: object, problem: str) -> None:
+        super().__init__(field, value, problem)
+        self.uid = uid
 
 
 class BindError(SchedulerError):

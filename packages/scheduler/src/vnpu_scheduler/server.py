@@ -1,9 +1,17 @@
-"""Serving the app with uvicorn: the plain HTTP listener and, given a certificate, the HTTPS one.
+"""Serving the app with uvicorn on up to three listeners, each behind its own ``intake.Intake``.
 
-``__main__`` calls ``serve`` (it handles SIGTERM/SIGINT itself, so both listeners stop
-together); tests and benchmarks use ``running``, which serves an app on free loopback
-ports in a background thread and yields their URLs. Both listeners serve the same app;
-the app's lifespan (caches, informers, config polling) runs once, on the plain listener.
+* the **extender** listener (``host``:``port``, loopback by default): every route. Plain
+  HTTP, or HTTPS requiring a client certificate signed by ``extender_client_ca`` (mutual
+  TLS, what kube-scheduler's ``tlsConfig`` can present);
+* the **webhook** listener (``webhook_host``:``webhook_port``, HTTPS with ``tls_cert``),
+  given a certificate: ``/mutate`` and ``/validate`` only;
+* the **metrics** listener (``metrics_host``:``metrics_port``), given a port: ``/healthz``,
+  ``/readyz`` and ``/metrics`` only, for the kubelet's probes and Prometheus.
+
+``__main__`` calls ``serve`` (it handles SIGTERM/SIGINT itself, so the listeners stop
+together); tests and benchmarks use ``running``, which serves an app in a background thread
+and yields the listeners' URLs, extender first, then webhook, then metrics. The app's
+lifespan (caches, informers, config polling) runs once, on the extender listener.
 """
 
 from __future__ import annotations
@@ -12,16 +20,18 @@ import asyncio
 import contextlib
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import fastapi
 import structlog
 import uvicorn
 
-from vnpu_scheduler import settings
+from vnpu_scheduler import intake, settings
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +68,8 @@ class Listeners:
         for server, sock in self.servers:
             host, port = sock.getsockname()[:2]
             scheme = "https" if server.config.ssl_certfile else "http"
-            found.append(f"{scheme}://{host}:{port}")
+            shown = f"[{host}]" if ":" in host else host
+            found.append(f"{scheme}://{shown}:{port}")
         return found
 
     def stop(self) -> None:
@@ -73,23 +84,44 @@ class Listeners:
                 sock.close()
 
 
-def listeners(app: fastapi.FastAPI, config: settings.Settings) -> Listeners:
-    """Bind the sockets now (so port 0 resolves at once); the servers start in ``serve``."""
-    plain = uvicorn.Config(
-        app, lifespan="on", log_config=None, access_log=False, timeout_graceful_shutdown=5
+def _config(app: intake.App, lifespan: Literal["on", "off"], **tls: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        lifespan=lifespan,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        **tls,
     )
-    found = [(_Server(plain), _listen(config.host, config.port))]
+
+
+def listeners(app: fastapi.FastAPI, config: settings.Settings) -> Listeners:
+    """Bind the sockets now (so port 0 resolves at once); the servers start in ``serve``.
+
+    ``app.state.on_refusal`` (set by ``app.build``) hears of every request an intake refused.
+    """
+    heard: intake.Refused = getattr(app.state, "on_refusal", lambda _verb, _outcome, _message: None)
+    tls: dict[str, Any] = {}
+    if config.extender_tls:
+        tls = {
+            "ssl_certfile": str(config.extender_tls_cert),
+            "ssl_keyfile": str(config.extender_tls_key),
+            "ssl_ca_certs": str(config.extender_client_ca),
+            "ssl_cert_reqs": ssl.CERT_REQUIRED,
+        }
+    extender = intake.Intake(app, config.max_body_bytes, None, heard)
+    found = [(_Server(_config(extender, "on", **tls)), _listen(config.host, config.port))]
     if config.tls_cert is not None and config.tls_key is not None:
-        secure = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            ssl_certfile=str(config.tls_cert),
-            ssl_keyfile=str(config.tls_key),
-            timeout_graceful_shutdown=5,
+        webhook = intake.Intake(app, config.webhook_max_body_bytes, intake.WEBHOOK_ROUTES, heard)
+        secure = _config(
+            webhook, "off", ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key)
         )
-        found.append((_Server(secure), _listen(config.host, config.webhook_port)))
+        found.append((_Server(secure), _listen(config.webhook_host, config.webhook_port)))
+    if config.metrics_port is not None:
+        probes = intake.Intake(app, intake.PROBE_MAX_BODY, intake.PROBE_ROUTES, heard)
+        found.append(
+            (_Server(_config(probes, "off")), _listen(config.metrics_host, config.metrics_port))
+        )
     return Listeners(found)
 
 
@@ -105,7 +137,7 @@ async def serve(app: fastapi.FastAPI, config: settings.Settings) -> None:
 
 @contextlib.contextmanager
 def running(app: fastapi.FastAPI, config: settings.Settings) -> Iterator[list[str]]:
-    """Serve ``app`` in a background thread; yield the listeners' URLs (HTTP first)."""
+    """Serve ``app`` in a background thread; yield the listeners' URLs (extender first)."""
     bound = listeners(app, config)
     thread = threading.Thread(target=lambda: asyncio.run(bound.serve()), daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ An invalid value fails at start with ``errors.SettingsError`` naming the field.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from collections.abc import Sequence
 
 import pydantic
@@ -24,16 +25,34 @@ class Settings(BaseSettings):
 
     kubeconfig: pydantic.FilePath | None = None
     """Kubeconfig file; unset means the in-cluster service account."""
-    host: str = "0.0.0.0"
-    """Address the HTTP listeners bind to."""
+    host: str = pydantic.Field(default="127.0.0.1", min_length=1)
+    """Address of the extender listener (every route); loopback unless mutual TLS guards it."""
     port: int = pydantic.Field(default=8888, ge=0, le=65535)
-    """Plain HTTP port of the extender verbs, probes and metrics (0 picks a free port)."""
+    """Port of the extender listener: extender verbs, webhook routes, probes, metrics (0: any)."""
+    extender_tls_cert: pydantic.FilePath | None = None
+    """PEM certificate (chain) that makes the extender listener HTTPS; with ``extender_client_ca``."""
+    extender_tls_key: pydantic.FilePath | None = None
+    """PEM private key of ``extender_tls_cert``."""
+    extender_client_ca: pydantic.FilePath | None = None
+    """PEM CA bundle; the extender listener then accepts only clients with a certificate it signed."""
+    allow_unauthenticated_extender: bool = False
+    """Serve the extender on a non-loopback address without client certificates (unsafe)."""
+    webhook_host: str = pydantic.Field(default="0.0.0.0", min_length=1)
+    """Address of the webhook listener, which serves /mutate and /validate only."""
     webhook_port: int = pydantic.Field(default=8443, ge=0, le=65535)
-    """HTTPS port serving the same routes with ``tls_cert``/``tls_key`` (for the webhook)."""
+    """HTTPS port of the webhook listener, served with ``tls_cert``/``tls_key``."""
     tls_cert: pydantic.FilePath | None = None
-    """PEM certificate (chain) of the HTTPS listener; the webhook needs it."""
+    """PEM certificate (chain) of the webhook listener."""
     tls_key: pydantic.FilePath | None = None
     """PEM private key of ``tls_cert``."""
+    metrics_host: str = pydantic.Field(default="0.0.0.0", min_length=1)
+    """Address of the metrics listener, which serves /healthz, /readyz and /metrics only."""
+    metrics_port: int | None = pydantic.Field(default=None, ge=0, le=65535)
+    """Port of the metrics listener (probes and Prometheus); unset means no such listener."""
+    max_body_bytes: int = pydantic.Field(default=80 * 2**20, ge=1024)
+    """Largest request body of the extender and metrics listeners (a /filter with 5,000 nodes)."""
+    webhook_max_body_bytes: int = pydantic.Field(default=7 * 2**20, ge=1024)
+    """Largest request body of the webhook listener (an AdmissionReview: object and oldObject)."""
     device_config: pydantic.FilePath | None = None
     """HAMi device-config YAML (the ``vnpus`` document); unset means the built-in chip models."""
     config_poll_seconds: float = pydantic.Field(default=5.0, gt=0)
@@ -48,6 +67,10 @@ class Settings(BaseSettings):
     """Age after which a node lock may be taken over (HAMi: 5 minutes)."""
     lock_wait: float = pydantic.Field(default=20.0, ge=0)
     """How long a bind waits for a node lock held by another pod before giving up."""
+    lock_clock_skew: float = pydantic.Field(default=30.0, ge=0)
+    """A node lock dated further than this in the future is invalid (a wrong clock wrote it)."""
+    bind_timeout: float = pydantic.Field(default=25.0, gt=0)
+    """Deadline of one bind, lock wait included; past it the bind is rolled back and refused."""
     release_lock_after_bind: bool = False
     """Release the node lock right after the Binding, for device plugins that never release it."""
     bind_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -63,22 +86,95 @@ class Settings(BaseSettings):
     log_level: str = pydantic.Field(default="info", pattern="^(debug|info|warning|error)$")
     """Log level: debug, info, warning or error."""
 
+    @property
+    def extender_tls(self) -> bool:
+        """Whether the extender listener is HTTPS and asks clients for certificates."""
+        return self.extender_client_ca is not None
+
     @pydantic.model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key are given together or not at all")
-        if self.tls_cert is not None and self.port == self.webhook_port != 0:
-            raise ValueError(f"port and webhook_port must differ (both {self.port})")
+            raise _Rule(
+                "tls_key", self.tls_key, "tls_cert and tls_key are given together or not at all"
+            )
+        extender = (self.extender_tls_cert, self.extender_tls_key, self.extender_client_ca)
+        if any(item is None for item in extender) and any(item is not None for item in extender):
+            raise _Rule(
+                "extender_client_ca",
+                self.extender_client_ca,
+                "extender_tls_cert, extender_tls_key and extender_client_ca are given together "
+                "or not at all",
+            )
+        ports = [("port", self.port)]
+        if self.tls_cert is not None:
+            ports.append(("webhook_port", self.webhook_port))
+        if self.metrics_port is not None:
+            ports.append(("metrics_port", self.metrics_port))
+        for i, (name, number) in enumerate(ports):
+            for other, taken in ports[:i]:
+                if number == taken != 0:
+                    raise _Rule(name, number, f"{other} and {name} must differ (both {number})")
         return self
+
+    @pydantic.model_validator(mode="after")
+    def _extender_guarded(self) -> Settings:
+        if not (_loopback(self.host) or self.extender_tls or self.allow_unauthenticated_extender):
+            raise _Rule(
+                "host",
+                self.host,
+                "not a loopback address: whoever reaches it could bind pods; listen on "
+                "127.0.0.1 (kube-scheduler in the same pod) or give extender_client_ca, "
+                "extender_tls_cert and extender_tls_key (mutual TLS)",
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _bind_deadline(self) -> Settings:
+        if self.bind_timeout <= self.lock_wait:
+            raise _Rule(
+                "bind_timeout",
+                self.bind_timeout,
+                f"must exceed lock_wait ({self.lock_wait:g}): a bind may wait that long for a "
+                "node lock and then still has to write the Binding",
+            )
+        return self
+
+
+class _Rule(ValueError):
+    """A rule between settings broken, naming the setting to change and its value."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+        self.value = value
+        self.problem = problem
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 _FLAGS: tuple[tuple[str, str], ...] = (
     ("--kubeconfig", "kubeconfig file (default: in-cluster service account)"),
-    ("--host", "listen address (default 0.0.0.0)"),
-    ("--port", "HTTP port for the extender, probes and metrics (default 8888)"),
-    ("--webhook-port", "HTTPS port, served when --tls-cert/--tls-key are given (default 8443)"),
+    ("--host", "extender listen address (default 127.0.0.1)"),
+    ("--port", "extender port: extender verbs, webhook routes, probes, metrics (default 8888)"),
+    ("--extender-tls-cert", "PEM certificate: the extender listener serves HTTPS"),
+    ("--extender-tls-key", "PEM private key of --extender-tls-cert"),
+    ("--extender-client-ca", "PEM CA: the extender listener requires client certificates"),
+    ("--webhook-host", "webhook listen address (default 0.0.0.0)"),
+    ("--webhook-port", "webhook HTTPS port, with --tls-cert/--tls-key (default 8443)"),
     ("--tls-cert", "PEM certificate for the HTTPS (webhook) listener"),
     ("--tls-key", "PEM private key for the HTTPS (webhook) listener"),
+    ("--metrics-host", "metrics listen address (default 0.0.0.0)"),
+    ("--metrics-port", "port for /healthz, /readyz and /metrics only (default: none)"),
+    ("--max-body-bytes", "largest body on the extender and metrics listeners (default 80 MiB)"),
+    ("--webhook-max-body-bytes", "largest body on the webhook listener (default 7 MiB)"),
     ("--device-config", "HAMi device-config YAML, reloaded when it changes"),
     ("--config-poll-seconds", "how often the device config is checked (default 5)"),
     ("--policy", "default policy: best-fit, binpack or spread (default best-fit)"),
@@ -86,6 +182,8 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--scheduler-name", "schedulerName the webhook sets on NPU pods (default vnpu-scheduler)"),
     ("--lock-ttl", "seconds after which a node lock may be taken over (default 300)"),
     ("--lock-wait", "seconds a bind waits for a busy node lock (default 20)"),
+    ("--lock-clock-skew", "seconds a node lock may be dated in the future (default 30)"),
+    ("--bind-timeout", "seconds one bind may take before it is rolled back (default 25)"),
     ("--bind-attempts", "tries per API write in a bind (default 5)"),
     ("--api-timeout", "seconds per Kubernetes API call (default 10)"),
     ("--watch-timeout", "seconds per watch request (default 300)"),
@@ -110,6 +208,13 @@ def parser() -> argparse.ArgumentParser:
         help="release the node lock after binding (device plugins that never release it)",
     )
     cli.add_argument(
+        "--allow-unauthenticated-extender",
+        action="store_const",
+        const=True,
+        default=None,
+        help="serve the extender on a non-loopback address without client certificates (unsafe)",
+    )
+    cli.add_argument(
         "--no-fit-memo",
         dest="fit_memo",
         action="store_const",
@@ -127,5 +232,8 @@ def from_args(argv: Sequence[str] | None = None) -> Settings:
         return Settings(**given)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
+        rule = (first.get("ctx") or {}).get("error")
+        if isinstance(rule, _Rule):
+            raise errors.SettingsError(rule.field, rule.value, rule.problem) from exc
         field = ".".join(str(p) for p in first["loc"]) or "(settings)"
         raise errors.SettingsError(field, first.get("input"), first["msg"]) from exc

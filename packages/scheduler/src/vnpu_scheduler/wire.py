@@ -4,7 +4,10 @@ The extender types (``k8s.io/kube-scheduler/extender/v1``) have no JSON tags, so
 on the wire are the Go field names: ``Pod``, ``Nodes``, ``NodeNames``, ``FailedNodes``,
 ``FailedAndUnresolvableNodes``, ``Error``, ``Host``, ``Score``, ``PodName``... ``app`` calls
 the ``read_*`` functions on raw bodies; they raise ``errors.BadRequest`` naming the JSON
-path and the value for anything malformed. The ``*_result`` functions build the replies.
+path and the value for anything malformed: a body that is not JSON, nested deeper than
+``MAX_DEPTH``, or holding a value of the wrong JSON type anywhere the scheduler reads
+(``shapes``). The ``*_result`` functions build the replies; ``refusal`` is each verb's reply
+to a request it cannot serve (HTTP 4xx), in the verb's own shape.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from typing import Any
 
 import pydantic
 
-from vnpu_scheduler import errors
+from vnpu_scheduler import errors, shapes
 
 Json = dict[str, Any]
 ADMISSION_VERSION = "admission.k8s.io/v1"
+MAX_DEPTH = 64
+"""Deepest JSON nesting read (a pod with node affinity and managed fields is below 25)."""
+
+_REASONS = {400: "BadRequest", 403: "Forbidden", 408: "Timeout", 413: "RequestEntityTooLarge"}
 
 
 class _Model(pydantic.BaseModel):
@@ -38,11 +45,11 @@ class ExtenderArgs(_Model):
 
 
 class ExtenderBindingArgs(_Model):
-    """Bind request."""
+    """Bind request; kube-scheduler always sends the pod's UID, and the bind is for that pod only."""
 
     PodName: str = pydantic.Field(min_length=1)
     PodNamespace: str = pydantic.Field(min_length=1)
-    PodUID: str = ""
+    PodUID: str = pydantic.Field(min_length=1)
     Node: str = pydantic.Field(min_length=1)
 
 
@@ -60,17 +67,53 @@ class AdmissionReview(_Model):
     request: AdmissionRequest
 
 
-def _parse(body: bytes, model: type[_Model]) -> Any:
+def nested_deeper(value: object, limit: int) -> bool:
+    """Whether the parsed JSON ``value`` nests arrays and objects more than ``limit`` deep.
+
+    Iterative (a stack of the containers still to look into), so no depth can exhaust the
+    interpreter's stack; scalars are never pushed, which keeps it cheap on wide documents.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        for child in item.values() if type(item) is dict else item:
+            if type(child) is dict or type(child) is list:
+                stack.append((child, level + 1))
+    return False
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def document(body: bytes) -> Any:
+    """The JSON value of ``body``, at most ``MAX_DEPTH`` deep; BadRequest for anything else.
+
+    The parser recurses once per level and stops with RecursionError near the interpreter's
+    limit (about 1,000 levels), long before it runs out of stack; what it did parse is then
+    measured against ``MAX_DEPTH``.
+    """
+    shown = body[:60].decode(errors="replace")
     try:
-        document = json.loads(body)
+        found = json.loads(body, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise errors.BadRequest("(body)", shown, f"nested deeper than {MAX_DEPTH} levels") from exc
     except (ValueError, UnicodeDecodeError) as exc:
-        raise errors.BadRequest(
-            "(body)", body[:60].decode(errors="replace"), f"not JSON: {exc}"
-        ) from exc
-    if not isinstance(document, dict):
-        raise errors.BadRequest("(body)", document, f"must be a JSON object ({model.__name__})")
+        raise errors.BadRequest("(body)", shown, f"not JSON: {exc}") from exc
+    if nested_deeper(found, MAX_DEPTH):
+        raise errors.BadRequest("(body)", shown, f"nested deeper than {MAX_DEPTH} levels")
+    return found
+
+
+def _validate(found: Any, model: type[_Model]) -> Any:
+    if not isinstance(found, dict):
+        raise errors.BadRequest("(body)", found, f"must be a JSON object ({model.__name__})")
     try:
-        return model.model_validate(document)
+        return model.model_validate(found)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         path = ".".join(str(p) for p in first["loc"]) or "(body)"
@@ -78,9 +121,10 @@ def _parse(body: bytes, model: type[_Model]) -> Any:
 
 
 def read_extender_args(body: bytes) -> ExtenderArgs:
-    args: ExtenderArgs = _parse(body, ExtenderArgs)
+    args: ExtenderArgs = _validate(document(body), ExtenderArgs)
     if args.Nodes is None and args.NodeNames is None:
         raise errors.BadRequest("NodeNames", None, "one of Nodes or NodeNames must be given")
+    shapes.check_object(args.Pod, shapes.POD, "Pod")
     metadata = args.Pod.get("metadata")
     if not isinstance(metadata, dict) or not metadata.get("name"):
         raise errors.BadRequest("Pod.metadata.name", metadata, "the pod must have a name")
@@ -88,6 +132,7 @@ def read_extender_args(body: bytes) -> ExtenderArgs:
         raise errors.BadRequest("Pod.spec", args.Pod.get("spec"), "the pod must have a spec")
     if args.Nodes is not None:
         for i, node in enumerate(args.Nodes.items):
+            shapes.check_object(node, shapes.NODE, f"Nodes.items.{i}")
             if not (node.get("metadata") or {}).get("name"):
                 raise errors.BadRequest(
                     f"Nodes.items.{i}.metadata.name", None, "a node needs a name"
@@ -96,17 +141,39 @@ def read_extender_args(body: bytes) -> ExtenderArgs:
 
 
 def read_binding_args(body: bytes) -> ExtenderBindingArgs:
-    result: ExtenderBindingArgs = _parse(body, ExtenderBindingArgs)
+    result: ExtenderBindingArgs = _validate(document(body), ExtenderBindingArgs)
     return result
 
 
 def read_admission_review(body: bytes) -> AdmissionReview:
-    review: AdmissionReview = _parse(body, AdmissionReview)
-    if review.apiVersion != ADMISSION_VERSION:
-        raise errors.BadRequest(
-            "apiVersion", review.apiVersion, f"only {ADMISSION_VERSION} is served"
-        )
+    """The review; BadReview (with the request's uid when it could be read) for a bad body."""
+    found = document(body)
+    try:
+        review: AdmissionReview = _validate(found, AdmissionReview)
+        if review.apiVersion != ADMISSION_VERSION:
+            raise errors.BadRequest(
+                "apiVersion", review.apiVersion, f"only {ADMISSION_VERSION} is served"
+            )
+        pod = review.request.object
+        if (
+            review.request.operation == "CREATE"
+            and pod is not None
+            and pod.get("kind")
+            in (
+                None,
+                "Pod",
+            )
+        ):
+            shapes.check_object(pod, shapes.POD, "request.object")
+    except errors.BadRequest as exc:
+        raise errors.BadReview(_review_uid(found), exc.field, exc.value, exc.problem) from exc
     return review
+
+
+def _review_uid(found: Any) -> str:
+    request = found.get("request") if isinstance(found, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) else ""
 
 
 def candidate_names(args: ExtenderArgs) -> list[str]:
@@ -158,11 +225,40 @@ def admission_response(
     """An AdmissionReview reply; a denial carries ``message`` with ``code`` (403 by default)."""
     response: Json = {"uid": uid, "allowed": allowed}
     if not allowed:
-        reason = "BadRequest" if code == 400 else "Forbidden"
-        response["status"] = {"code": code or 403, "message": message, "reason": reason}
+        code = code or 403
+        reason = _REASONS.get(code, "Forbidden")
+        response["status"] = {"code": code, "message": message, "reason": reason}
     elif message:
         response["warnings"] = [message]
     if allowed and patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     return {"apiVersion": ADMISSION_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def refusal(verb: str, message: str, code: int = 400, uid: str = "") -> object:
+    """The reply of ``verb`` to a request it cannot serve, in the shape its caller decodes.
+
+    kube-scheduler reads no body from a reply whose status is not 200, so the shape matters
+    to other callers; a prioritize reply has no room for a message (it is a bare
+    HostPriorityList), so ``ERROR_HEADER`` carries it on every refusal.
+    """
+    if verb == "filter":
+        return filter_result(None, [], {}, {}, message)
+    if verb == "prioritize":
+        return priority_list({})
+    if verb == "bind":
+        return binding_result(message)
+    if verb in ("mutate", "validate"):
+        return admission_response(uid, False, message, code=code)
+    return {"error": message}
+
+
+ERROR_HEADER = "vnpu-error"
+
+
+def header_text(message: str) -> str:
+    """``message`` as an HTTP header value: ASCII, no control characters, at most 1,000 bytes."""
+    text = message.encode("ascii", "backslashreplace").decode("ascii")
+    text = "".join(c if " " <= c <= "~" else " " for c in text)
+    return text[:1000]
