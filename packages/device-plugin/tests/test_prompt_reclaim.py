@@ -9,6 +9,7 @@ socket answers what the test says.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -18,8 +19,20 @@ import grpc
 import pytest
 
 from vnpu_core import protocol
+from vnpu_device_plugin import (
+    cluster,
+    crashpoints,
+    ledger,
+    lifecycle,
+    metrics,
+    podresources,
+    podwatch,
+    reclaim,
+)
+from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_device_plugin.npu.sim import control
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from vnpu_sandbox.apiserver import harness
 
 Node = Any
 Kit = Any
@@ -272,6 +285,52 @@ def test_a_broken_watch_is_logged_once_and_restored_with_backoff(
     node.api.delete_pod("after")
     kit.wait_for(lambda: node.vnpus() == [], timeout=2.0, what="reclaimed through the new watch")
     assert _by_trigger(node, "watch") == 1
+
+
+def test_a_watch_from_a_revision_the_api_no_longer_keeps_lists_again(root: Path, kit: Kit) -> None:
+    sim = kit.write_node(root / "sim")
+    with harness.serve(event_window=3) as url:  # the API keeps only the last 3 events
+        api = cluster.KubeCluster.connect(harness.write_kubeconfig(root / "kubeconfig", url))
+        tests = kit.Cluster(url, sim)
+        _pods, revision = api.list_pods_and_revision(kit.NODE)
+        for number in range(4):  # 8 writes: the revision above falls out of the window
+            tests.create_pod(f"p{number}", [("c0", 0)])
+            tests.bind(f"p{number}", {})
+        stats = metrics.Metrics()
+        npu = sim_backend.SimBackend(sim)
+        book = ledger.Ledger(root / "state")
+        vnpus = lifecycle.Lifecycle(npu, book, stats, crashpoints.CrashPoints(""))
+        reclaimer = reclaim.Reclaimer(
+            npu,
+            book,
+            vnpus,
+            api,
+            stats,
+            node=kit.NODE,
+            kubelet=lambda: None,
+            handouts=podresources.Handouts(),
+        )
+        resyncs: list[float] = []
+        watch = podwatch.PodWatch(
+            api,
+            kit.NODE,
+            reclaimer,
+            stats,
+            lock=threading.Lock(),
+            resync=lambda: resyncs.append(time.monotonic()),
+            give_up=60.0,
+        )
+        watch.start(revision)
+        try:
+            kit.wait_for(lambda: resyncs and watch.watching.is_set(), what="listed and watching")
+            restarts = "vnpu_device_plugin_pod_watch_restarts_total"
+            assert stats.registry.get_sample_value(restarts, {"reason": "expired"}) == 1
+            assert stats.registry.get_sample_value(restarts, {"reason": "error"}) == 0
+            assert len(resyncs) == 1  # one full pass asked for, for what was missed
+        finally:
+            watch.stop()
+            tests.close()
+            api.close()
 
 
 # The churn: pods deleted (or finished) and new pods needing the same room placed at once,
