@@ -1,13 +1,15 @@
 # The two commands a new user runs: `make demo` and `make test`.
-# Everything the tests need is installed here into .venv (system packages: .ci/run).
+# `make demo` installs the packages alone into .venv; `make test` adds the test and lint
+# tools on top (requirements-test.txt, requirements-lint.txt; system packages: .ci/run).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := $(sort $(dir $(wildcard packages/*/pyproject.toml)))
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: all install lint typecheck imports unit test demo bench proto clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto clean
 
 all: test
 
@@ -15,9 +17,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python requirements-dev.txt $(wildcard packages/*/pyproject.toml)
-	$(BIN)/pip install --quiet -r requirements-dev.txt $(foreach p,$(PACKAGES),-e $(p))
+# Every package, editable, and what their pyprojects need to run: nothing else.
+$(RUNTIME_STAMP): $(BIN)/python $(wildcard packages/*/pyproject.toml)
+	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e $(p))
+	touch $(RUNTIME_STAMP)
+
+# The test and lint tools on top of the packages.
+$(STAMP): $(RUNTIME_STAMP) requirements-dev.txt requirements-test.txt requirements-lint.txt
+	$(BIN)/pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
+
+runtime: $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
@@ -36,7 +46,7 @@ unit: install
 
 test: lint typecheck imports unit
 
-demo: install
+demo: $(RUNTIME_STAMP)
 	$(BIN)/vnpu plan --cluster examples/cluster.yaml --workload examples/workload.yaml
 
 bench: install
