@@ -9,7 +9,7 @@ PACKAGES := $(sort $(dir $(wildcard packages/*/pyproject.toml)))
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist clean
 
 all: test
 
@@ -52,9 +52,14 @@ demo: $(RUNTIME_STAMP)
 bench: install
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+# One wheel per package in dist/; `pip install --find-links dist vnpu-exporter` then takes the
+# vnpu packages from there and the rest from PyPI. pip builds each in its own build env.
+dist: $(BIN)/python
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(PACKAGES)
+
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:
 	bash scripts/gen_proto.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist
