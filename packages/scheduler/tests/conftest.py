@@ -91,8 +91,12 @@ def pod_object(
     namespace: str = "default",
     annotations: dict[str, str] | None = None,
     containers: list[Json] | None = None,
+    scheduler_name: str | None = None,
 ) -> Json:
-    """A pod with one container asking for ``count`` chips of ``word`` (and ``memory`` MiB)."""
+    """A pod with one container asking for ``count`` chips of ``word`` (and ``memory`` MiB).
+
+    ``scheduler_name`` sets ``spec.schedulerName`` (unset: the API's default-scheduler).
+    """
     limits: dict[str, str] = {}
     if count is not None:
         limits[f"huawei.com/{word}"] = str(count)
@@ -101,12 +105,20 @@ def pod_object(
     spec_containers = containers or [
         {"name": "main", "image": "ascend/app", "resources": {"limits": limits}}
     ]
+    spec: Json = {"containers": spec_containers}
+    if scheduler_name is not None:
+        spec["schedulerName"] = scheduler_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
-        "spec": {"containers": spec_containers},
+        "spec": spec,
     }
+
+
+def npu_pod_object(name: str, *args: Any, **options: Any) -> Json:
+    """``pod_object`` as the webhook leaves it: routed to vnpu-scheduler, so ``/bind`` takes it."""
+    return pod_object(name, *args, scheduler_name="vnpu-scheduler", **options)
 
 
 @dataclass
@@ -266,6 +278,7 @@ class Make:
 
     node = staticmethod(node_object)
     pod = staticmethod(pod_object)
+    npu_pod = staticmethod(npu_pod_object)
     handshake = staticmethod(handshake)
     holder = staticmethod(holder_object)
 

@@ -97,7 +97,7 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
         "container '(pod)': hami.io/gpu-scheduler-policy=fastest: unknown policy 'fastest'; "
         "use one of binpack, spread, best-fit"
     }
-    pod = kube.add_pod(make.pod("job2", memory=4000))
+    pod = kube.add_pod(make.npu_pod("job2", memory=4000))
     result = scheduler.post("filter", {"Pod": pod, "NodeNames": names}).json()
     final = result["FailedAndUnresolvableNodes"]
     assert result["NodeNames"] == [

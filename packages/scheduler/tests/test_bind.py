@@ -38,7 +38,7 @@ def _bind(scheduler: Any, kube: Any, name: str, node: str) -> str:
 @pytest.fixture
 def node_and_pod(kube: Any, make: Any) -> None:
     kube.add_node(make.node("n1"))
-    kube.add_pod(make.pod("job", memory=4000))
+    kube.add_pod(make.npu_pod("job", memory=4000))
 
 
 def _unbound(kube: Any, name: str = "job") -> None:
@@ -51,7 +51,7 @@ def test_waits_for_a_pod_still_allocating_then_gives_up(
     kube: Any, make: Any, start_scheduler: Any, node_and_pod: None
 ) -> None:
     scheduler = start_scheduler(lock_wait=0.3, lock_ttl=1.0)
-    kube.add_pod(make.pod("other", annotations={"hami.io/bind-phase": "allocating"}))
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
     held = _lock(("default", "other"), age_seconds=600)  # expired, but its owner still waits
     kube.annotate_node("n1", {LOCK: held})
     error = _bind(scheduler, kube, "job", "n1")
@@ -70,7 +70,7 @@ def test_a_fresh_lock_of_a_live_pod_is_never_taken(
     kube: Any, make: Any, start_scheduler: Any, node_and_pod: None
 ) -> None:
     scheduler = start_scheduler(lock_wait=0.2)
-    kube.add_pod(make.pod("other", annotations={"hami.io/bind-phase": "success"}))
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "success"}))
     kube.annotate_node("n1", {LOCK: _lock(("default", "other"))})
     assert _bind(scheduler, kube, "job", "n1").startswith("node n1 is locked by pod default/other")
     _unbound(kube)
@@ -95,8 +95,8 @@ def test_takes_over_locks_nobody_needs(
     why: str,
 ) -> None:
     scheduler = start_scheduler(lock_ttl=300.0)
-    kube.add_pod(make.pod("done", annotations={"hami.io/bind-phase": "success"}))
-    kube.add_pod(make.pod("running", annotations={"hami.io/bind-phase": "allocating"}))
+    kube.add_pod(make.npu_pod("done", annotations={"hami.io/bind-phase": "success"}))
+    kube.add_pod(make.npu_pod("running", annotations={"hami.io/bind-phase": "allocating"}))
     kube.core.patch_namespaced_pod_status(
         "running", "default", {"status": {"phase": "Running"}}, _content_type=MERGE_PATCH
     )
@@ -130,7 +130,7 @@ def test_unreadable_lock_is_refused_by_name(kube: Any, scheduler: Any, node_and_
 def test_refusal_at_bind_releases_the_lock(kube: Any, make: Any, scheduler: Any) -> None:
     """The cache thought the node free; the API shows it full: refused, lock released."""
     kube.add_node(make.node("n1", chips=1))
-    kube.add_pod(make.pod("job", count=1))
+    kube.add_pod(make.npu_pod("job", count=1))
     kube.add_pod(make.holder("whole", "n1", "n1-Ascend310P-0,Ascend310P,21527,0:;"))
     error = _bind(scheduler, kube, "job", "n1")
     assert error == "Ascend310P: no 1 free whole chip (asked 1, 0 of 1 chips are free)"
@@ -151,7 +151,7 @@ def test_second_bind_waits_for_the_plugin(
 ) -> None:
     """Two binds to one node: the second runs once the plugin released the first's lock."""
     scheduler = start_scheduler(lock_wait=5.0)
-    kube.add_pod(make.pod("job2", memory=4000))
+    kube.add_pod(make.npu_pod("job2", memory=4000))
     assert _bind(scheduler, kube, "job", "n1") == ""
     assert _bind(scheduler, kube, "job2", "n1") == ""
     first = kube.pod("job")["metadata"]["annotations"]["hami.io/Ascend310P-devices-allocated"]
@@ -165,7 +165,7 @@ def test_second_bind_waits_for_the_plugin(
 def test_refusals_name_the_problem(kube: Any, make: Any, scheduler: Any) -> None:
     kube.add_node(make.node("n1"))
     kube.add_node(make.node("n2"))
-    kube.add_pod(make.pod("gib", memory="4Gi"))
+    kube.add_pod(make.npu_pod("gib", memory="4Gi"))
     assert _bind(scheduler, kube, "gib", "n1") == (
         "container 'main': huawei.com/Ascend310P-memory=4Gi: write MiB as a plain integer, e.g. 4096"
     )
@@ -174,7 +174,7 @@ def test_refusals_name_the_problem(kube: Any, make: Any, scheduler: Any) -> None
         "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}
     )
     assert answer.json() == {"Error": "pod default/ghost does not exist"}
-    kube.add_pod(make.pod("job", memory=4000))
+    kube.add_pod(make.npu_pod("job", memory=4000))
     answer = scheduler.post(
         "bind", {"PodName": "job", "PodNamespace": "default", "PodUID": "other-uid", "Node": "n1"}
     )
@@ -185,17 +185,28 @@ def test_refusals_name_the_problem(kube: Any, make: Any, scheduler: Any) -> None
     assert LOCK not in (kube.node("n2")["metadata"].get("annotations") or {})
 
 
-def test_pod_without_npu_is_bound_plainly(kube: Any, make: Any, scheduler: Any) -> None:
+def test_pod_naming_zero_chips_is_bound_plainly(kube: Any, make: Any, scheduler: Any) -> None:
+    """kube-scheduler sends it (it names a managed resource); it holds no chip and no lock."""
     kube.add_node(make.node("n1"))
-    kube.add_pod(make.pod("web", count=None))
+    kube.add_pod(make.npu_pod("web", count=0))
     assert _bind(scheduler, kube, "web", "n1") == ""
     assert kube.pod("web")["spec"]["nodeName"] == "n1"
     assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
 
 
+def test_pod_without_npu_is_refused(kube: Any, make: Any, scheduler: Any) -> None:
+    """kube-scheduler never sends it (no managed resource): whoever asks, it is not bound."""
+    kube.add_node(make.node("n1"))
+    kube.add_pod(make.npu_pod("web", count=None))
+    assert _bind(scheduler, kube, "web", "n1") == (
+        "pod default/web asks for no NPU resource: vnpu-scheduler binds only pods that do"
+    )
+    _unbound(kube, "web")
+
+
 def test_assumed_pod_counts_before_the_watch_delivers(kube: Any, make: Any, scheduler: Any) -> None:
     kube.add_node(make.node("n1", chips=1))
-    kube.add_pod(make.pod("job", count=1))
+    kube.add_pod(make.npu_pod("job", count=1))
     assert _bind(scheduler, kube, "job", "n1") == ""
     # Straight after the answer the filter already sees the chip taken (assumed copy).
     state = scheduler.service.cache.state("n1")
@@ -240,7 +251,7 @@ def test_pod_recreated_under_the_same_name_is_not_bound(
     old = kube.pod("job")
     scheduler.post("filter", {"Pod": old, "NodeNames": ["n1"]})
     kube.core.delete_namespaced_pod("job", "default", grace_period_seconds=0)
-    kube.add_pod(make.pod("job", memory=4000))
+    kube.add_pod(make.npu_pod("job", memory=4000))
     body = {
         "PodName": "job",
         "PodNamespace": "default",

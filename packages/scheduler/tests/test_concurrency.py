@@ -142,7 +142,7 @@ def test_two_replicas_never_overcommit(
     pods = []
     for i in range(PODS):
         memory, count = rng.choice(SHAPES)
-        pods.append(make.pod(f"job-{i:03d}", count=count, memory=memory))
+        pods.append(make.npu_pod(f"job-{i:03d}", count=count, memory=memory))
     with ThreadPoolExecutor(8) as pool:
         created = list(pool.map(kube.add_pod, pods))
 

@@ -18,7 +18,7 @@ def _cluster(kube: Any, make: Any) -> Json:
     for i in range(2):
         devices = f"n-full-Ascend310P-{i},Ascend310P,21527,0:;"
         kube.add_pod(make.holder(f"whole-{i}", "n-full", devices))
-    return kube.add_pod(make.pod("job", memory=4000))
+    return kube.add_pod(make.npu_pod("job", memory=4000))
 
 
 def _synced(scheduler: Any) -> None:

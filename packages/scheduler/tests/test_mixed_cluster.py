@@ -197,7 +197,7 @@ def test_uuid_lists_and_soft_mode(kube: Any, make: Any, mixed: Any) -> None:
 
 
 def test_hami_registered_node_takes_pods(kube: Any, make: Any, mixed: Any) -> None:
-    result = _filter(kube, make, mixed, make.pod("b3", "Ascend910B3", 1, 16000))
+    result = _filter(kube, make, mixed, make.npu_pod("b3", "Ascend910B3", 1, 16000))
     assert sorted(result["NodeNames"]) == ["b3-8", "hami"]
     created = kube.pod("b3")
     answer = mixed.post(

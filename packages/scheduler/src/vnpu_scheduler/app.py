@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import gc
 import json
@@ -90,7 +91,13 @@ class Service:
         self.config.on_change = self.cache.set_catalog
         self.executor = ThreadPoolExecutor(config.api_threads, thread_name_prefix="kube-api")
         self.locks = nodelock.NodeLocks(
-            api, self.run, self.stats, config.lock_ttl, config.lock_wait, config.bind_attempts
+            api,
+            self.run,
+            self.stats,
+            config.lock_ttl,
+            config.lock_wait,
+            config.bind_attempts,
+            skew=config.lock_clock_skew,
         )
         self.extender = extender.Extender(
             self.cache, config.policy, self.stats, config.fit_memo, self.locks.busy
@@ -106,6 +113,8 @@ class Service:
             config.bind_attempts,
             config.release_lock_after_bind,
             self.extender.recent,
+            config.scheduler_name,
+            config.bind_timeout,
         )
         self.webhook = webhook.Webhook(lambda: self.cache.catalog, config.scheduler_name)
         self.informers = [
@@ -131,9 +140,14 @@ class Service:
         registry.register(metrics.AllocationCollector(self.allocations))
 
     async def run(self, call: Callable[..., Any], *args: Any) -> Any:
-        """Run a blocking call in the API thread pool."""
+        """Run a blocking call in the API thread pool, in a copy of the caller's context.
+
+        The copy carries the caller's API deadline (``cluster.deadline_at``) into the thread.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(call, *args))
+        context = contextvars.copy_context()
+        work = functools.partial(context.run, call, *args)
+        return await loop.run_in_executor(self.executor, work)
 
     def refused(self, verb: str, outcome: str, message: str) -> None:
         """A listener's intake refused a request before the app saw it: count it, log it."""

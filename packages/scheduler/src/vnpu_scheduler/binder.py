@@ -1,37 +1,55 @@
 """The bind verb: place a pod on its node's chips and write it, never over-committing a chip.
 
-``app`` calls ``Binder.bind`` with ``wire.ExtenderBindingArgs``. The critical section runs
-under the node lock (``nodelock``), so binds to one node are serialised across every
-replica: the pods bound to the node are read straight from the API (a LIST with
-``fieldSelector=spec.nodeName=<node>``, which shows another replica's binds before any
-watch does), usage is rebuilt with the ledger, the pod is fitted with the allocator, and
-one Binding carries ``spec.nodeName`` and the HAMi/Volcano annotations. The lock is then
-left for the device plugin, which releases it after Allocate; on any failure before the
-Binding succeeded it is released here. Transient API failures are retried with backoff;
-whatever cannot be resolved raises ``errors.BindError``, leaving the pod unbound. A pod
-already bound to the node is answered as bound (idempotent). Events record each outcome.
+``app`` calls ``Binder.bind`` with ``wire.ExtenderBindingArgs``. Before anything is written
+the bind must be one kube-scheduler could have asked for: the pod exists with the UID the
+bind names, is not being deleted, is for this scheduler (``spec.schedulerName``), names an
+NPU resource, is not bound yet, and the node satisfies its nodeSelector, required node
+affinity and taints (``placement``); anything else is refused with ``errors.BindError``.
+
+The critical section runs under the node lock (``nodelock``), so binds to one node are
+serialised across every replica: the pods bound to the node are read straight from the API
+(a LIST with ``fieldSelector=spec.nodeName=<node>``, which shows another replica's binds
+before any watch does), usage is rebuilt with the ledger, the pod is fitted with the
+allocator, and one Binding carries ``spec.nodeName`` and the HAMi/Volcano annotations. The
+lock is then left for the device plugin, which releases it after Allocate; on any failure
+before the Binding succeeded it is released here. Transient API failures are retried with
+backoff; whatever cannot be resolved raises ``errors.BindError``, leaving the pod unbound.
+A pod this scheduler already bound to the node is answered as bound (idempotent).
+
+Every bind has a deadline (``bind_timeout``, below kube-scheduler's ``httpTimeout``): the
+lock wait, the fit and the Binding all count, and each API call under it waits no longer
+than the time left (``cluster.deadline_at``). A bind that reaches its deadline is rolled
+back within ``ROLLBACK_SECONDS``: if the Binding was not sent, or the pod is seen unbound
+afterwards, the lock it wrote is released and the bind refused; if the Binding landed
+after all, the bind succeeded; if that cannot be told (the API does not answer), the lock
+is kept (the device plugin, or ``--lock-ttl``, frees it) and the bind refused, since
+releasing it under a pod that may be bound would hand its chips to the next bind. Events
+record each outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 
-from vnpu_core import allocator, binding, ledger, nodes, requests
+from vnpu_core import allocator, binding, catalog, ledger, nodes, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, wire
+from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, placement, wire
 from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 Runner = Callable[..., Awaitable[Any]]
 log = structlog.get_logger(__name__)
+ROLLBACK_SECONDS = 2.0
 
 
 def _uid(pod: Json) -> str:
@@ -52,6 +70,30 @@ def describe(assignment: allocator.Assignment) -> str:
     return "; ".join(parts) or "no chips"
 
 
+def names_npu(pod: Json, models: catalog.Catalog) -> bool:
+    """Whether any container of ``pod`` names a chip model's resource (a count of 0 too)."""
+    names: set[str] = set()
+    for model in models:
+        names.update((model.resource_name, model.memory_resource, model.core_resource))
+    spec = pod.get("spec") or {}
+    for section in ("initContainers", "containers"):
+        for item in spec.get(section) or []:
+            resources = item.get("resources") or {}
+            for kind in ("limits", "requests"):
+                if names.intersection(resources.get(kind) or {}):
+                    return True
+    return False
+
+
+@dataclass
+class _Progress:
+    """What one bind has written so far, for its rollback."""
+
+    locked: bool = False  # the node lock is written for this pod
+    binding: asyncio.Task[None] | None = None  # the Binding POST, once sent
+    annotations: dict[str, str] | None = None
+
+
 class Binder:
     """Binds pods through ``api`` under node locks, reading chip models from ``nodes_cache``."""
 
@@ -67,6 +109,8 @@ class Binder:
         attempts: int = 5,
         release_after_bind: bool = False,
         recent: Callable[[str, str], Json | None] = lambda _namespace, _name: None,
+        scheduler_name: str = "vnpu-scheduler",
+        deadline: float = 25.0,
     ) -> None:
         self._api = api
         self._cache = nodes_cache
@@ -78,6 +122,8 @@ class Binder:
         self._attempts = attempts
         self._release_after_bind = release_after_bind
         self._recent = recent
+        self._scheduler_name = scheduler_name
+        self._deadline = deadline
         self._background: set[asyncio.Task[None]] = set()
 
     async def bind(self, args: wire.ExtenderBindingArgs) -> str:
@@ -87,84 +133,211 @@ class Binder:
         saw it (the Binding's UID precondition and the API's "already assigned" check make
         a stale copy safe), else it is read from the API.
         """
+        who = f"{args.PodNamespace}/{args.PodName}"
+        progress = _Progress()
+        pod: Json = {"metadata": {"name": args.PodName, "namespace": args.PodNamespace}}
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._deadline):
+                with cluster.deadline_at(started + self._deadline):
+                    pod = await self._pod(args, who)
+                    return await self._place(pod, args.Node, who, progress)
+        except TimeoutError:
+            pass
+        except errors.BindError as exc:
+            self._stats.binds.labels("refused").inc()
+            self.event(
+                pod, "Warning", "NPUBindFailed", f"Not bound to node {args.Node}: {exc.message}"
+            )
+            raise
+        except kubeapi.ApiError as exc:
+            self._stats.binds.labels("failed").inc()
+            self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {args.Node}: {exc}")
+            raise
+        with cluster.deadline_at(time.monotonic() + ROLLBACK_SECONDS):
+            return await self._roll_back(pod, args.Node, who, progress)
+
+    async def _pod(self, args: wire.ExtenderBindingArgs, who: str) -> Json:
+        """The pod the bind is for, refused unless kube-scheduler could have asked for it."""
         namespace, name, node = args.PodNamespace, args.PodName, args.Node
-        who = f"{namespace}/{name}"
         pod = self._recent(namespace, name)
-        if pod is None or (args.PodUID and _uid(pod) != args.PodUID):
+        if pod is None or _uid(pod) != args.PodUID:
             try:
                 pod = await self._retry(self._api.get_pod, namespace, name)
             except kubeapi.NotFound as exc:
                 raise errors.BindError(who, node, "pod-gone", f"pod {who} does not exist") from exc
         uid = _uid(pod)
-        if args.PodUID and uid and args.PodUID != uid:
+        if uid != args.PodUID:
             raise errors.BindError(
                 who, node, "uid-mismatch", f"pod {who} has UID {uid}, the bind is for {args.PodUID}"
             )
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             raise errors.BindError(who, node, "pod-deleting", f"pod {who} is being deleted")
-        try:
-            return await self._place(pod, node, who)
-        except errors.BindError as exc:
-            self._stats.binds.labels("refused").inc()
-            self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc.message}")
-            raise
-        except kubeapi.ApiError as exc:
-            self._stats.binds.labels("failed").inc()
-            self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {node}: {exc}")
-            raise
+        spec = pod.get("spec") or {}
+        named = spec.get("schedulerName") or "default-scheduler"
+        if named != self._scheduler_name:
+            raise errors.BindError(
+                who,
+                node,
+                "other-scheduler",
+                f"pod {who} is for scheduler {named!r}, not {self._scheduler_name!r}: "
+                "vnpu-scheduler binds only its own pods",
+            )
+        if not names_npu(pod, self._cache.catalog):
+            raise errors.BindError(
+                who,
+                node,
+                "no-npu",
+                f"pod {who} asks for no NPU resource: vnpu-scheduler binds only pods that do",
+            )
+        return pod
 
-    def _already(self, node: str, bound: str, who: str) -> str:
+    def _already(self, node: str, bound: str, who: str, annotations: dict[str, str]) -> str:
+        """A pod found bound: success if this scheduler bound it to ``node``, else refused."""
         if bound != node:
             raise errors.BindError(
                 who, node, "bound-elsewhere", f"pod {who} is already bound to node {bound}"
             )
+        if annotations.get(protocol.VGPU_NODE_KEY) != node:
+            raise errors.BindError(
+                who,
+                node,
+                "bound-by-other",
+                f"pod {who} is already bound to node {node}, not by vnpu-scheduler "
+                f"(no {protocol.VGPU_NODE_KEY}={node})",
+            )
         self._stats.binds.labels("already_bound").inc()
         return f"already bound to {node}"
 
-    async def _place(self, pod: Json, node: str, who: str) -> str:
+    async def _bound_pod(self, pod: Json) -> tuple[str, dict[str, str]]:
+        """The node ``pod`` is bound to ('' if none) and its annotations, as far as is known."""
+        bound = str((pod.get("spec") or {}).get("nodeName") or "")
+        if not bound and self._cache.bound_node(_uid(pod)):
+            meta = pod.get("metadata") or {}
+            pod = await self._retry(self._api.get_pod, meta.get("namespace"), meta.get("name"))
+            bound = str((pod.get("spec") or {}).get("nodeName") or "")
+        return bound, (pod.get("metadata") or {}).get("annotations") or {}
+
+    async def _node_allows(self, pod: Json, node: str, who: str) -> None:
+        obj = self._cache.node_object(node)
+        if obj is None:
+            try:
+                obj = await self._retry(self._api.get_node, node)
+            except kubeapi.NotFound as exc:
+                raise errors.BindError(
+                    who, node, "node-gone", f"node {node} does not exist"
+                ) from exc
+        refused = placement.refusal(pod, obj)
+        if refused:
+            raise errors.BindError(who, node, "node-constraints", refused)
+
+    async def _place(self, pod: Json, node: str, who: str, progress: _Progress) -> str:
         namespace, name = who.split("/", 1)
-        bound = (pod.get("spec") or {}).get("nodeName") or self._cache.bound_node(_uid(pod))
+        bound, held = await self._bound_pod(pod)
         if bound:
-            return self._already(node, bound, who)
+            return self._already(node, bound, who, held)
         try:
             request = requests.from_pod(pod, self._cache.catalog)
         except core_errors.RequestError as exc:
             raise errors.BindError(who, node, "bad-request", str(exc)) from exc
+        await self._node_allows(pod, node, who)
         if not request.wants_npu:
-            elsewhere = await self._post_binding(pod, node, {})
+            elsewhere = await self._post_binding(pod, node, {}, progress)
             if elsewhere:
-                return self._already(node, elsewhere, who)
+                return self._already(node, elsewhere[0], who, elsewhere[1])
             self._stats.binds.labels("bound").inc()
             return "no NPU requested"
         steps = [time.perf_counter()]
         async with self._locks.queue(node):
             steps.append(time.perf_counter())
             cached = self._cache.node_object(node)
-            locked = await self._locks.acquire(node, namespace, name, cached)
+            locked = await self._locks.acquire(
+                node, namespace, name, cached, lambda text: self._took_over(pod, text)
+            )
+            progress.locked = True
             steps.append(time.perf_counter())
             try:
                 assignment = await self._assign(locked, request, who)
                 steps.append(time.perf_counter())
                 annotations = binding.bind_annotations(assignment, int(time.time()))
-                elsewhere = await self._post_binding(pod, node, annotations)
+                elsewhere = await self._post_binding(pod, node, annotations, progress)
                 steps.append(time.perf_counter())
+            except asyncio.CancelledError:
+                raise  # the deadline: the rollback knows whether the Binding went out
             except BaseException:
                 await asyncio.shield(self._locks.release(node, namespace, name))
+                progress.locked = False
                 raise
             if elsewhere or self._release_after_bind:
                 await self._locks.release(node, namespace, name)
+                progress.locked = False
         if elsewhere:
-            return self._already(node, elsewhere, who)
+            return self._already(node, elsewhere[0], who, elsewhere[1])
         queued, locking, fitting, writing = (b - a for a, b in itertools.pairwise(steps))
         log.debug("bind_steps", queued=queued, lock=locking, fit=fitting, binding=writing)
+        return self._bound(pod, node, annotations, describe(assignment))
+
+    def _bound(self, pod: Json, node: str, annotations: dict[str, str], text: str) -> str:
+        """Count the pod at once (before the watch delivers it), record the event."""
         placed = copy.deepcopy(pod)
         placed.setdefault("spec", {})["nodeName"] = node
         placed.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
         self._cache.assume(placed)
         self._stats.binds.labels("bound").inc()
-        text = describe(assignment)
         self.event(pod, "Normal", "NPUAssigned", f"Assigned to node {node}: {text}")
         return text
+
+    def _took_over(self, pod: Json, text: str) -> None:
+        self.event(pod, "Warning", "NPULockTakenOver", text)
+
+    async def _roll_back(self, pod: Json, node: str, who: str, progress: _Progress) -> str:
+        """The deadline passed: undo what this bind wrote, unless its Binding landed after all."""
+        namespace, name = who.split("/", 1)
+        limit = f"did not finish within {self._deadline:g} s (--bind-timeout)"
+        outcome = "unknown"
+        if progress.binding is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(progress.binding), ROLLBACK_SECONDS)
+                outcome = "bound"
+            except TimeoutError:
+                outcome = "unknown"
+            except (kubeapi.ApiError, errors.BindError):
+                outcome = await self._seen_bound(namespace, name, node, progress.annotations)
+        else:
+            outcome = "not_sent"
+        if outcome == "bound" and progress.annotations is not None:
+            log.warning("bind_landed_after_deadline", pod=who, node=node)
+            return self._bound(pod, node, progress.annotations, "bound after the deadline")
+        self._stats.binds.labels("failed").inc()
+        if outcome == "unknown":
+            message = (
+                f"bind of pod {who} to node {node} {limit}, and whether its Binding landed "
+                "cannot be told: the node lock is kept until the device plugin or --lock-ttl "
+                "frees it"
+            )
+        else:
+            released = await self._locks.release(node, namespace, name)
+            undone = "; the node lock it took was released" if released else ""
+            message = f"bind of pod {who} to node {node} {limit}; nothing was bound{undone}"
+        log.warning("bind_deadline", pod=who, node=node, outcome=outcome)
+        self.event(pod, "Warning", "NPUBindFailed", message)
+        raise errors.BindError(who, node, "deadline", message)
+
+    async def _seen_bound(
+        self, namespace: str, name: str, node: str, annotations: dict[str, str] | None
+    ) -> str:
+        """'bound' when the pod shows our Binding, 'not_sent' when it shows none, else 'unknown'."""
+        try:
+            now: Json = await self._run(self._api.get_pod, namespace, name)
+        except kubeapi.NotFound:
+            return "not_sent"
+        except kubeapi.ApiError:
+            return "unknown"
+        bound = (now.get("spec") or {}).get("nodeName") or ""
+        held = (now.get("metadata") or {}).get("annotations") or {}
+        if bound == node and all(held.get(k) == v for k, v in (annotations or {}).items()):
+            return "bound"
+        return "not_sent" if not bound else "unknown"
 
     async def _assign(
         self, obj: Json, request: requests.PodRequest, who: str
@@ -195,20 +368,27 @@ class Binder:
             raise errors.BindError(who, node, outcome.reason.value, outcome.message)
         return outcome
 
-    async def _post_binding(self, pod: Json, node: str, annotations: dict[str, str]) -> str:
-        """POST the Binding; '' when it bound the pod, else the node it was already bound to.
+    async def _post_binding(
+        self, pod: Json, node: str, annotations: dict[str, str], progress: _Progress
+    ) -> tuple[str, dict[str, str]] | None:
+        """POST the Binding; None when it bound the pod, else where the pod already was.
 
-        An outage is retried; if a retried POST then meets "already assigned" and the pod
-        carries exactly our annotations, the earlier try went through and its answer was lost.
+        The answer for an already bound pod is its node and annotations. An outage is
+        retried; if a retried POST then meets "already assigned" and the pod carries exactly
+        our annotations, the earlier try went through and its answer was lost. Each POST runs
+        as a task of its own, so a bind cut short by its deadline can still learn its result.
         """
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         who = f"{namespace}/{name}"
         retried = False
+        progress.annotations = annotations
         for attempt in range(self._attempts):
             try:
-                await self._run(self._api.bind, namespace, name, _uid(pod), node, annotations)
-                return ""
+                call = self._run(self._api.bind, namespace, name, _uid(pod), node, annotations)
+                progress.binding = asyncio.ensure_future(call)
+                await asyncio.shield(progress.binding)
+                return None
             except kubeapi.Unavailable:
                 if attempt + 1 == self._attempts:
                     raise
@@ -230,9 +410,9 @@ class Binder:
                     and bound == node
                     and all(held.get(k) == v for k, v in annotations.items())
                 ):
-                    return ""
+                    return None
                 if bound:
-                    return bound
+                    return bound, held
                 raise errors.BindError(who, node, "binding-conflict", exc.message) from exc
         raise AssertionError("unreachable")
 
@@ -257,7 +437,8 @@ class Binder:
             except kubeapi.ApiError as exc:
                 log.warning("event_not_recorded", reason=reason, error=str(exc))
 
-        task = asyncio.get_running_loop().create_task(send())
+        # A context of its own: the event must not inherit the bind's API deadline.
+        task = asyncio.get_running_loop().create_task(send(), context=contextvars.Context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

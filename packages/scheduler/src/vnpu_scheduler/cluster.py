@@ -8,12 +8,20 @@ list/watch loops in their own threads and ``binder`` runs writes in the app's th
 The client's ``ApiException`` and urllib3's transport errors are translated here, and only
 here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is built by
 ``vnpu_service.kubeapi.client``.
+
+A caller with a deadline (``binder``: every bind has one) sets it with ``deadline_at``; the
+calls made under it, in whatever thread the context was copied to, wait no longer than the
+time left (at least ``SHORTEST_CALL`` seconds), so a hung API server cannot hold a bind
+past its deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +35,28 @@ from vnpu_service import kubeapi
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "vnpu-scheduler"
+SHORTEST_CALL = 0.05
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "vnpu_scheduler_api_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline_at(when: float) -> Iterator[None]:
+    """API calls made in this context (``time.monotonic`` clock) end by ``when``."""
+    token = _deadline.set(when)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _limit(timeout: float) -> float:
+    """``timeout``, cut to the time left before the context's deadline."""
+    when = _deadline.get()
+    if when is None:
+        return timeout
+    return max(SHORTEST_CALL, min(timeout, when - time.monotonic()))
 
 
 class WatchStream(Protocol):
@@ -128,7 +158,7 @@ class KubeCluster:
     def list_nodes(self) -> tuple[list[Json], str]:
         listed = kubeapi.fetch(
             lambda: self._core.list_node(
-                _preload_content=False, _request_timeout=self._timeout * 6
+                _preload_content=False, _request_timeout=_limit(self._timeout * 6)
             ),
             "list nodes",
         )
@@ -141,7 +171,7 @@ class KubeCluster:
             lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=selector,
                 _preload_content=False,
-                _request_timeout=self._timeout * (1 if node else 6),
+                _request_timeout=_limit(self._timeout * (1 if node else 6)),
             ),
             what,
         )
@@ -169,7 +199,7 @@ class KubeCluster:
     def get_node(self, name: str) -> Json:
         return kubeapi.fetch(
             lambda: self._core.read_node(
-                name, _preload_content=False, _request_timeout=self._timeout
+                name, _preload_content=False, _request_timeout=_limit(self._timeout)
             ),
             f"get node {name}",
         )
@@ -177,7 +207,7 @@ class KubeCluster:
     def get_pod(self, namespace: str, name: str) -> Json:
         return kubeapi.fetch(
             lambda: self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout
+                name, namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
             ),
             f"get pod {namespace}/{name}",
         )
@@ -193,7 +223,7 @@ class KubeCluster:
                 body,
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
-                _request_timeout=self._timeout,
+                _request_timeout=_limit(self._timeout),
             ),
             f"patch node {name}",
         )
@@ -220,7 +250,7 @@ class KubeCluster:
                 namespace,
                 cast(Any, body),
                 _preload_content=False,
-                _request_timeout=self._timeout,
+                _request_timeout=_limit(self._timeout),
             )
         except kubeapi.FAILURES as exc:
             raise kubeapi.translate(exc, what) from exc
@@ -255,7 +285,10 @@ class KubeCluster:
         what = f"record event {reason} on pod {namespace}/{meta.get('name')}"
         try:
             response: Any = self._core.create_namespaced_event(
-                namespace, cast(Any, body), _preload_content=False, _request_timeout=self._timeout
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
             )
         except kubeapi.FAILURES as exc:
             raise kubeapi.translate(exc, what) from exc

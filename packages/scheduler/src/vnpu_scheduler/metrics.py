@@ -39,7 +39,8 @@ class Metrics:
         build.labels("scheduler", vnpu_scheduler.__version__).set(1)
         self.requests = Counter(
             "vnpu_scheduler_requests",
-            "HTTP requests served, by verb and outcome (ok, error, bad_request).",
+            "HTTP requests served, by verb and outcome (ok, error, bad_request, denied; refused "
+            "before the app: too_large, timeout, busy, not_served).",
             ["verb", "outcome"],
             registry=registry,
         )
@@ -82,7 +83,8 @@ class Metrics:
         )
         self.lock_takeovers = Counter(
             "vnpu_scheduler_lock_takeovers",
-            "Node locks taken over: owner_gone, expired (owner done or owner-less).",
+            "Node locks taken over: owner_gone, expired (owner done or owner-less), future "
+            "(dated past the clock-skew allowance).",
             ["why"],
             registry=registry,
         )

@@ -10,8 +10,12 @@ node changes, polling with backoff as a fallback, up to ``wait`` seconds, counte
 ``vnpu_scheduler_lock_wait_seconds``) and taken over only when its owner pod is gone, or
 when it is older than ``ttl`` and its owner is not still waiting for Allocate (bind-phase
 ``allocating`` and still Pending: never steal from it, HAMi #3096); an owner-less (Volcano)
-lock is taken over only when expired. Within one replica, binds to the same node queue on
-an ``asyncio.Lock`` first, so they do not poll the API against each other.
+lock is taken over only when expired. A lock dated more than ``skew`` in the future was
+written by a wrong clock and says nothing about its age: it counts as expired (taken over
+under the same rule, never from an owner still waiting for Allocate), and each take-over is
+logged, counted and told to ``on_takeover`` (the binder records it as an event on the pod).
+Within one replica, binds to the same node queue on an ``asyncio.Lock`` first, so they do
+not poll the API against each other.
 """
 
 from __future__ import annotations
@@ -53,11 +57,13 @@ class NodeLocks:
         wait: float,
         attempts: int,
         clock: Callable[[], datetime] = _now,
+        skew: float = 30.0,
     ) -> None:
         self._api = api
         self._run = run
         self._stats = stats
         self._ttl = timedelta(seconds=ttl)
+        self._skew = timedelta(seconds=skew)
         self._wait = wait
         self._attempts = attempts
         self._clock = clock
@@ -91,12 +97,18 @@ class NodeLocks:
         return node in self._pending
 
     async def acquire(
-        self, node: str, namespace: str, pod: str, cached: Json | None = None
+        self,
+        node: str,
+        namespace: str,
+        pod: str,
+        cached: Json | None = None,
+        on_takeover: Callable[[str], None] = lambda _text: None,
     ) -> Json:
         """Hold the lock for ``namespace/pod``; the node object as written. Raises BindError.
 
         ``cached`` (the watch's copy of the node) saves the first read: if it is out of date
         the write's resourceVersion precondition fails and the node is read afresh.
+        ``on_takeover`` hears a sentence for each lock of another taken over.
         """
         who = f"{namespace}/{pod}"
         start = time.monotonic()
@@ -120,7 +132,7 @@ class NodeLocks:
             now = self._clock()
             holder = ""
             if raw is not None:
-                holder = await self._holder(node, who, raw, namespace, pod, now)
+                holder = await self._holder(node, who, raw, namespace, pod, now, on_takeover)
             if not holder:
                 value = coordination.encode_lock(coordination.NodeLock(now, namespace, pod))
                 try:
@@ -155,7 +167,14 @@ class NodeLocks:
             delay = min(delay * 2, 0.5)
 
     async def _holder(
-        self, node: str, who: str, raw: str, namespace: str, pod: str, now: datetime
+        self,
+        node: str,
+        who: str,
+        raw: str,
+        namespace: str,
+        pod: str,
+        now: datetime,
+        on_takeover: Callable[[str], None],
     ) -> str:
         """Who keeps us from taking the lock now ('' when we may take it)."""
         try:
@@ -170,17 +189,20 @@ class NodeLocks:
             ) from exc
         if lock.owned_by(namespace, pod):
             return ""
-        expired = lock.expired(now, self._ttl)
+        ahead = (lock.time - now).total_seconds()
+        future = ahead > self._skew.total_seconds()
+        why = "future" if future else "expired"
+        expired = future or lock.expired(now, self._ttl)
         if lock.namespace is None or lock.name is None:
             if expired:
-                self._took_over(node, who, raw, "expired")
+                self._took_over(node, who, raw, why, ahead, on_takeover)
                 return ""
             return f"an owner-less lock taken at {raw}"
         owner = f"pod {lock.namespace}/{lock.name}"
         try:
             holder: Json = await self._run(self._api.get_pod, lock.namespace, lock.name)
         except kubeapi.NotFound:
-            self._took_over(node, who, raw, "owner_gone")
+            self._took_over(node, who, raw, "owner_gone", ahead, on_takeover)
             return ""
         if not expired:
             return owner
@@ -191,13 +213,33 @@ class NodeLocks:
         if phase == protocol.BindPhase.ALLOCATING.value and not started:
             # Still waiting for Allocate. (A pod whose containers started was allocated,
             # whatever its plugin left in bind-phase.)
-            return f"{owner}, still waiting for Allocate"
-        self._took_over(node, who, raw, "expired")
+            dated = f" (its lock is dated {ahead:.0f} s in the future)" if future else ""
+            return f"{owner}, still waiting for Allocate{dated}"
+        self._took_over(node, who, raw, why, ahead, on_takeover)
         return ""
 
-    def _took_over(self, node: str, who: str, raw: str, why: str) -> None:
+    def _took_over(
+        self,
+        node: str,
+        who: str,
+        raw: str,
+        why: str,
+        ahead: float,
+        on_takeover: Callable[[str], None],
+    ) -> None:
         self._stats.lock_takeovers.labels(why).inc()
-        log.warning("node_lock_taken_over", node=node, pod=who, previous=raw, why=why)
+        log.warning(
+            "node_lock_taken_over", node=node, pod=who, previous=raw, why=why, ahead=round(ahead)
+        )
+        reasons = {
+            "owner_gone": "its owner pod no longer exists",
+            "expired": f"it is older than {self._ttl.total_seconds():g} s and its owner is done",
+            "future": (
+                f"it is dated {ahead:.0f} s in the future (more than the allowed clock skew of "
+                f"{self._skew.total_seconds():g} s): a wrong clock wrote it"
+            ),
+        }
+        on_takeover(f"node {node}: took over {protocol.NODE_LOCK_KEY}={raw}: {reasons[why]}")
 
     async def release(self, node: str, namespace: str, pod: str) -> bool:
         """Remove the lock if ``namespace/pod`` still holds it; False when it did not."""
