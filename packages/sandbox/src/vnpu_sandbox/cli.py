@@ -13,6 +13,7 @@ from types import ModuleType
 
 from vnpu_sandbox import __version__
 from vnpu_sandbox.apiserver import command as apiserver_command
+from vnpu_sandbox.controllers import command as controllers_command
 from vnpu_sandbox.kubelet import command as kubelet_command
 from vnpu_sandbox.platform import demo, down, status, up
 from vnpu_sandbox.scheduling import command as scheduler_command
@@ -25,6 +26,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     apiserver_command,
     kubelet_command,
     scheduler_command,
+    controllers_command,
 )
 
 

@@ -89,6 +89,8 @@ def _workload_defaults(obj: Json) -> None:
             rolling.setdefault("maxSurge", "25%")
         spec.setdefault("revisionHistoryLimit", 10)
         spec.setdefault("progressDeadlineSeconds", 600)
+    elif isinstance(obj.get("status"), dict):
+        obj["status"].setdefault("replicas", 0)  # not omitempty in Go: always serialized
     _pod_template_defaults(spec.setdefault("template", {}))
 
 
@@ -171,7 +173,8 @@ def prepare_create(resource: resources.Resource, obj: Json) -> None:
         status.setdefault("phase", "Pending")
         status["qosClass"] = qos_class(obj)
     elif resource in resources.WORKLOADS:
-        obj["status"] = {}  # the controllers fill it in
+        # The controllers fill it in; a ReplicaSet's replicas is always serialized.
+        obj["status"] = {"replicas": 0} if resource is resources.REPLICASETS else {}
     elif resource.kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
