@@ -212,7 +212,8 @@ def start_scheduler(kube: Kube) -> Iterator[StartScheduler]:
     """Start a scheduler against ``kube`` with settings overrides; stopped after the test."""
     stack: list[Any] = []
 
-    def start(**overrides: Any) -> Running:
+    def start(*, client: httpx.Client | None = None, **overrides: Any) -> Running:
+        """``client`` talks to the extender listener (default: plain httpx, 30 s timeout)."""
         options: dict[str, Any] = {
             "kubeconfig": kube.kubeconfig,
             "host": "127.0.0.1",
@@ -232,6 +233,9 @@ def start_scheduler(kube: Kube) -> Iterator[StartScheduler]:
         urls = context.__enter__()
         stack.append((context, api))
         running = Running(urls[0], application.state.service, registry, urls)
+        if client is not None:
+            running.http.close()
+            running.http = client
         stack.append(running.http)
         running.wait_for(lambda: running.http.get(f"{running.url}/readyz").status_code == 200)
         return running
