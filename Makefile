@@ -8,8 +8,9 @@ BIN := $(VENV)/bin
 PACKAGES := $(sort $(dir $(wildcard packages/*/pyproject.toml)))
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
+CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart clean
 
 all: test
 
@@ -23,7 +24,7 @@ $(RUNTIME_STAMP): $(BIN)/python $(wildcard packages/*/pyproject.toml)
 	touch $(RUNTIME_STAMP)
 
 # The test and lint tools on top of the packages.
-$(STAMP): $(RUNTIME_STAMP) requirements-dev.txt requirements-test.txt requirements-lint.txt
+$(STAMP): $(RUNTIME_STAMP) requirements-dev.txt requirements-test.txt requirements-lint.txt requirements-chart.txt
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
@@ -56,6 +57,16 @@ bench: install
 # vnpu packages from there and the rest from PyPI. pip builds each in its own build env.
 dist: $(BIN)/python
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(PACKAGES)
+
+# helm-python-sdk alone, for `make chart` (quiet on stdout, which may be the chart).
+$(CHART_STAMP): $(BIN)/python requirements-chart.txt
+	@$(BIN)/pip install --quiet -r requirements-chart.txt >&2
+	@touch $(CHART_STAMP)
+
+# deploy/helm/vnpu rendered to YAML as `helm template vnpu -n kube-system` renders it, without
+# a helm binary: `make chart [VALUES="a.yaml b.yaml"] [OUT=vnpu.yaml]` (stdout without OUT).
+chart: $(CHART_STAMP)
+	@$(BIN)/python scripts/render_chart.py $(foreach v,$(VALUES),--values $(v)) $(if $(OUT),--output $(OUT))
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:
