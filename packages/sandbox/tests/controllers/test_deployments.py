@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
-from vnpu_sandbox.controllers import deployments, manager
+from vnpu_sandbox.controllers import manager, rollout
 
 Json = dict[str, Any]
 
@@ -35,7 +35,7 @@ def _complete(apps: k8s.AppsV1Api, name: str, replicas: int) -> Callable[[], Any
 def _replica_sets(apps: k8s.AppsV1Api, name: str) -> list[Any]:
     return sorted(
         apps.list_namespaced_replica_set("default", label_selector=f"app={name}").items,
-        key=lambda rs: int(rs.metadata.annotations[deployments.REVISION]),
+        key=lambda rs: int(rs.metadata.annotations[rollout.REVISION]),
     )
 
 
@@ -61,10 +61,10 @@ def test_a_deployment_gets_one_replica_set_and_reports_ready(
     assert replica_set.spec.template.metadata.labels["pod-template-hash"] == template_hash
     (ref,) = replica_set.metadata.owner_references
     assert (ref.kind, ref.uid, ref.controller) == ("Deployment", created.metadata.uid, True)
-    assert replica_set.metadata.annotations[deployments.REVISION] == "1"
-    assert replica_set.metadata.annotations[deployments.DESIRED_REPLICAS] == "3"
-    assert replica_set.metadata.annotations[deployments.MAX_REPLICAS] == "4"  # 3 + 25% up
-    assert done.metadata.annotations[deployments.REVISION] == "1"
+    assert replica_set.metadata.annotations[rollout.REVISION] == "1"
+    assert replica_set.metadata.annotations[rollout.DESIRED_REPLICAS] == "3"
+    assert replica_set.metadata.annotations[rollout.MAX_REPLICAS] == "4"  # 3 + 25% up
+    assert done.metadata.annotations[rollout.REVISION] == "1"
     conditions = {c.type: c for c in done.status.conditions}
     assert conditions["Available"].status == "True"
     assert conditions["Available"].reason == "MinimumReplicasAvailable"
@@ -142,8 +142,8 @@ def test_rolling_update_stays_within_surge_and_unavailability(
     watcher.join(3)
     old, new = _replica_sets(apps, "roll")
     assert (old.spec.replicas, new.spec.replicas) == (0, 4)
-    assert new.metadata.annotations[deployments.REVISION] == "2"
-    assert done.metadata.annotations[deployments.REVISION] == "2"
+    assert new.metadata.annotations[rollout.REVISION] == "2"
+    assert done.metadata.annotations[rollout.REVISION] == "2"
     assert new.spec.template.spec.containers[0].image == "nginx:1.26"
     assert totals, "no ReplicaSet change was seen"
     assert max(totals) <= 4 + 1  # maxSurge
@@ -248,7 +248,7 @@ def test_rolling_back_reuses_the_old_replica_set_with_a_new_revision(
     sets = _replica_sets(apps, "back")
     assert len(sets) == 2
     assert [rs.spec.template.spec.containers[0].image for rs in sets] == ["app:2", "app:1"]
-    assert sets[-1].metadata.annotations[deployments.REVISION] == "3"
+    assert sets[-1].metadata.annotations[rollout.REVISION] == "3"
     assert sets[-1].spec.replicas == 1
 
 
@@ -277,7 +277,7 @@ def test_history_beyond_the_limit_is_deleted(
         )
         wait(_complete(apps, "history", 1))
     sets = wait(lambda: len(_replica_sets(apps, "history")) == 2 and _replica_sets(apps, "history"))
-    assert [rs.metadata.annotations[deployments.REVISION] for rs in sets] == ["3", "4"]
+    assert [rs.metadata.annotations[rollout.REVISION] for rs in sets] == ["3", "4"]
 
 
 def test_a_paused_deployment_does_not_roll_out(
@@ -306,34 +306,3 @@ def test_a_paused_deployment_does_not_roll_out(
     apps.patch_namespaced_deployment("paused", "default", {"spec": {"paused": False}})
     wait(_complete(apps, "paused", 1))
     assert len(_replica_sets(apps, "paused")) == 2
-
-
-def test_template_hash_is_stable_and_changes_with_the_template() -> None:
-    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c"}]}}
-    first = deployments.template_hash(template)
-    assert first == deployments.template_hash({**template})
-    assert first != deployments.template_hash(template, collision_count=1)
-    other = {**template, "spec": {"containers": [{"name": "d"}]}}
-    assert first != deployments.template_hash(other)
-
-
-def test_surge_and_unavailability_round_like_the_real_controller() -> None:
-    def of(replicas: int, surge: object, unavailable: object) -> tuple[int, int]:
-        return deployments.surge_and_unavailable(
-            {
-                "spec": {
-                    "replicas": replicas,
-                    "strategy": {
-                        "type": "RollingUpdate",
-                        "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable},
-                    },
-                }
-            }
-        )
-
-    assert of(3, "25%", "25%") == (1, 0)  # surge rounds up, unavailability down
-    assert of(10, "25%", "25%") == (3, 2)
-    assert of(4, 0, 0) == (0, 1)  # never both 0
-    assert of(2, 1, 5) == (1, 2)  # at most every replica
-    assert of(0, "25%", "25%") == (0, 0)
-    assert deployments.surge_and_unavailable({"spec": {"strategy": {"type": "Recreate"}}}) == (0, 0)

@@ -11,6 +11,7 @@ Deployment end as in a cluster:
 * ``ownership`` - ownerReferences, selectors, adoption and release, pod readiness;
 * ``replicasets`` - pods for each ReplicaSet, its status;
 * ``deployments`` - ReplicaSets for each Deployment, rolling updates and Recreate, its status;
+* ``rollout`` - the arithmetic of a rollout and the Deployment status (pure functions);
 * ``garbagecollector`` - dependents of deleted owners, foreground and orphan deletion;
 * ``recorder`` - the Events the controllers write;
 * ``manager`` - :class:`~vnpu_sandbox.controllers.manager.ControllerManager`, which wires
