@@ -14,18 +14,24 @@ CHART_STAMP := $(VENV)/.installed-chart
 
 all: test
 
+# uv installs into the venv in seconds what pip takes a minute for (it resolves the sibling
+# packages from the workspace: [tool.uv.sources] in pyproject.toml).
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+
+$(BIN)/uv: $(BIN)/python
+	$(BIN)/pip install --quiet uv
+
+INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
 # Every package, editable, and what their pyprojects need to run: nothing else.
-$(RUNTIME_STAMP): $(BIN)/python $(wildcard packages/*/pyproject.toml)
-	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e $(p))
+$(RUNTIME_STAMP): $(BIN)/uv $(wildcard packages/*/pyproject.toml)
+	$(INSTALL) $(foreach p,$(PACKAGES),-e $(p))
 	touch $(RUNTIME_STAMP)
 
 # The test and lint tools on top of the packages.
 $(STAMP): $(RUNTIME_STAMP) requirements-dev.txt requirements-test.txt requirements-lint.txt requirements-chart.txt
-	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(INSTALL) -r requirements-dev.txt
 	touch $(STAMP)
 
 runtime: $(RUNTIME_STAMP)
@@ -47,8 +53,13 @@ unit: install
 
 test: lint typecheck imports unit
 
+# A fresh sandbox in .sandbox/ on the example cluster (the one a previous demo left running is
+# stopped first), then the scenario; the sandbox keeps running (docs/sandbox.md).
+DEMO_DIR := .sandbox
 demo: $(RUNTIME_STAMP)
-	$(BIN)/vnpu plan --cluster examples/cluster.yaml --workload examples/workload.yaml
+	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
+	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR)
+	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --manifests examples/demo
 
 bench: install
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
@@ -59,8 +70,8 @@ dist: $(BIN)/python
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(PACKAGES)
 
 # helm-python-sdk alone, for `make chart` (quiet on stdout, which may be the chart).
-$(CHART_STAMP): $(BIN)/python requirements-chart.txt
-	@$(BIN)/pip install --quiet -r requirements-chart.txt >&2
+$(CHART_STAMP): $(BIN)/uv requirements-chart.txt
+	@$(INSTALL) -r requirements-chart.txt >&2
 	@touch $(CHART_STAMP)
 
 # deploy/helm/vnpu rendered to YAML as `helm template vnpu -n kube-system` renders it, without
