@@ -116,10 +116,17 @@ def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
     described = sandbox.ctl.run(["describe", "pod", "too-big"])
     assert "FailedScheduling" in described
 
-    # The exporters report the allocations.
-    duo = sandbox.metrics("duo")
-    assert re.search(r'vnpu_chip_vnpu_templates\{[^}]*template="vir01"[^}]*\} 1', duo), duo
-    assert re.search(r'vnpu_allocation_info\{[^}]*pod="ocr"', duo)
+    # The exporters report the allocations (they refresh every 2 s in the sandbox).
+    def exported() -> str | None:
+        duo = sandbox.metrics("duo")
+        for template in ("vir01", "vir02"):
+            if not re.search(
+                rf'vnpu_chip_vnpu_templates\{{[^}}]*template="{template}"[^}}]*\}} 1', duo
+            ):
+                return None
+        return duo if re.search(r'vnpu_allocation_info\{[^}]*pod="ocr"', duo) else None
+
+    sandbox.wait_for(exported, "the duo exporter to report both vNPUs and the ocr pod", 30)
 
     if sandbox.record.prometheus_url is not None:
 
