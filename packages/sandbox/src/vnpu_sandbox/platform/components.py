@@ -21,6 +21,7 @@ import yaml
 from vnpu_sandbox.platform import clusterfile, layout
 
 LOOPBACK = "127.0.0.1"
+PLUGIN_REPORT_RETRY_SECONDS = 1.0
 EXPORTER_FAST_GROUPS = ("vnpus", "pods", "pod_resources", "ownership")
 EXPORTER_REFRESH_SECONDS = 2.0
 """The exporter's allocation groups refresh this often here (10 s by default), so a person
@@ -193,6 +194,8 @@ def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) 
         str(dirs.hami_core),
         "--hami-shared-dir",
         str(dirs.hami_shared),
+        # The plugin may start before its kubelet has created the Node: publish again soon.
+        f"--report-retry={PLUGIN_REPORT_RETRY_SECONDS:g}",
     )
     agents = [
         Component(f"kubelet-{node.name}", kubelet),
