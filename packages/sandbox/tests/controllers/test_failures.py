@@ -3,6 +3,7 @@ backoff and reported once; an API server that goes away and comes back is waited
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import logging
@@ -25,7 +26,8 @@ Json = dict[str, Any]
 
 
 class Gate:
-    """A validating admission webhook on loopback that denies pod creation while closed."""
+    """An admission webhook on loopback for pod creation: while closed it denies; open, it
+    allows, and as a mutating webhook it sets ``schedulerName`` as the vnpu webhook does."""
 
     def __init__(self) -> None:
         self.open = False
@@ -39,6 +41,12 @@ class Gate:
                 answer: Json = {"uid": review["request"]["uid"], "allowed": gate.open}
                 if not gate.open:
                     answer["status"] = {"code": 403, "message": "no pods today"}
+                elif self.path == "/mutate":
+                    operations = [
+                        {"op": "replace", "path": "/spec/schedulerName", "value": "vnpu-scheduler"}
+                    ]
+                    answer["patchType"] = "JSONPatch"
+                    answer["patch"] = base64.b64encode(json.dumps(operations).encode()).decode()
                 body = json.dumps(
                     {
                         "apiVersion": review["apiVersion"],
@@ -60,15 +68,18 @@ class Gate:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/validate"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def configuration(self) -> Json:
+    def configuration(self, kind: str = "ValidatingWebhookConfiguration") -> Json:
+        url = (
+            self.url if kind.startswith("Validating") else self.url.replace("/validate", "/mutate")
+        )
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
+            "kind": kind,
             "metadata": {"name": "pod-gate"},
             "webhooks": [
                 {
                     "name": "gate.example.com",
-                    "clientConfig": {"url": self.url},
+                    "clientConfig": {"url": url},
                     "rules": [
                         {
                             "operations": ["CREATE"],
@@ -136,6 +147,30 @@ def test_refused_pods_are_retried_with_backoff_and_reported_once(
     assert any(r.getMessage().startswith("sync_recovered ") for r in caplog.records)
     # Backoff: a handful of tries while the gate was shut, not one per millisecond.
     assert calls_before < 40
+
+
+def test_pods_of_a_deployment_pass_the_mutating_webhooks(
+    controllers: manager.ControllerManager,
+    api_client: k8s.ApiClient,
+    apps: k8s.AppsV1Api,
+    core: k8s.CoreV1Api,
+    gate: Gate,
+) -> None:
+    gate.open = True
+    k8s.AdmissionregistrationV1Api(api_client).create_mutating_webhook_configuration(
+        gate.configuration("MutatingWebhookConfiguration")
+    )
+    apps.create_namespaced_deployment("default", deployment_manifest("mutated", 2))
+    pods = wait_until(
+        lambda: (
+            len(core.list_namespaced_pod("default").items) == 2
+            and core.list_namespaced_pod("default").items
+        )
+    )
+    assert {p.spec.scheduler_name for p in pods} == {"vnpu-scheduler"}
+    (replica_set,) = apps.list_namespaced_replica_set("default").items
+    # Only the pods are mutated: the template keeps the default scheduler.
+    assert replica_set.spec.template.spec.scheduler_name == "default-scheduler"
 
 
 def _free_port() -> int:

@@ -135,6 +135,8 @@ class Cluster:
         self._timeout = request_timeout
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}
+        self.answers = 0
+        """How many requests the server has answered (with any status): proof it is there."""
 
     # --- transport ----------------------------------------------------------------------
 
@@ -169,6 +171,8 @@ class Cluster:
             raise errors.ApiError(verb, target, int(exc.status or 0), str(exc.reason)) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise errors.ApiError(verb, target, 0, str(exc)) from exc
+        with self._lock:
+            self.answers += 1
         response = cast(urllib3.BaseHTTPResponse, answer.response)
         if not 200 <= answer.status <= 299:
             try:

@@ -68,6 +68,7 @@ class ControllerManager:
         self.stopping = threading.Event()
         self.queue = workqueue.WorkQueue(limit=settings.max_backoff)
         self._unreachable = False
+        self._answers_then = 0
         self._state_lock = threading.Lock()
         self.informers = {
             kind.kind: informer.Informer(
@@ -213,11 +214,15 @@ class ControllerManager:
     def _report_unreachable(self, exc: errors.ApiError) -> None:
         with self._state_lock:
             first, self._unreachable = not self._unreachable, True
+            self._answers_then = self.api.answers
         if first:
             log.warning("api_unreachable error=%s (retrying with backoff)", exc)
 
     def _reachable(self) -> None:
+        """Report the end of an outage, once the server has answered a request since."""
         with self._state_lock:
-            was, self._unreachable = self._unreachable, False
-        if was:
+            back = self._unreachable and self.api.answers > self._answers_then
+            if back:
+                self._unreachable = False
+        if back:
             log.info("api_reachable")
