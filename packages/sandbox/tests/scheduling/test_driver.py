@@ -8,12 +8,16 @@ is deleted, and the built-in filters.
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from typing import Any
 
 import pytest
 
-from vnpu_sandbox.scheduling import config
+from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.kubelet import apiclient
+from vnpu_sandbox.scheduling import config, driver
 
 from .conftest import Cluster, FakeExtender, Start, extender_config, wait_for
 
@@ -338,3 +342,37 @@ def test_an_ignorable_extender_that_fails_is_skipped(cluster: Cluster, start_dri
     # The filter is skipped and the bind falls back to the driver's own Binding.
     assert wait_for(lambda: cluster.node_of("p"), "the pod to be bound") == "n1"
     assert cluster.events("p", "FailedScheduling") == []
+
+
+def test_an_api_server_that_comes_up_late(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    api = apiclient.client_for_host(f"http://127.0.0.1:{port}")
+    late = driver.Driver(driver.Settings(config=config.Config(), seed=1), api)
+    caplog.set_level(logging.INFO, logger="vnpu_sandbox.scheduling")
+    late.start()
+    try:
+        time.sleep(1.0)  # several list attempts fail meanwhile
+        assert not late.synced(0)
+        with harness.serve(port=port) as url:
+            world = Cluster(url)
+            try:
+                world.add_node("n1")
+                world.add_pod("p")
+                assert late.synced(10)
+                assert wait_for(lambda: world.node_of("p"), "the pod to be bound") == "n1"
+                records = list(caplog.records)
+            finally:
+                world.close()
+    finally:
+        late.stop()
+        apiclient.close_client(api)
+    failures = [r for r in records if r.getMessage() == "informer_failed"]
+    assert sorted(r.fields["resource"] for r in failures) == ["nodes", "pods"]  # once each
+    assert {
+        r.fields["resource"] for r in caplog.records if r.getMessage() == "informer_recovered"
+    } == {
+        "nodes",
+        "pods",
+    }

@@ -5,7 +5,8 @@ snake_case event name as the message and its data as ``extra=logs.fields(pod=...
 A line carries ``timestamp`` (ISO 8601, UTC), ``level``, ``event``, ``logger`` and the fields;
 an exception adds its traceback as ``exception``. Records of the libraries (urllib3, httpx,
 the Kubernetes client) come out the same way, their message as ``event``; those libraries are
-held at WARNING unless the level is ``debug``.
+held at ERROR unless the level is ``debug``: the driver reports their failures itself, once
+and with context, where urllib3 would warn at every connection retry.
 """
 
 from __future__ import annotations
@@ -56,5 +57,5 @@ def configure(level: str = "info") -> None:
     root.setLevel(level.upper())
     for name in QUIET:
         logging.getLogger(name).setLevel(
-            logging.DEBUG if level.lower() == "debug" else logging.WARNING
+            logging.DEBUG if level.lower() == "debug" else logging.ERROR
         )
