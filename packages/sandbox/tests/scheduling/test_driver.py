@@ -193,7 +193,8 @@ def test_a_failed_bind_is_reported_and_retried_after_backoff(
 
     binds = [at for verb, _, at in extender.calls if verb == "bind"]
     assert len(binds) == 2
-    assert 0.9 <= binds[1] - binds[0] < 5.0, "the retry waits out the 1 s backoff"
+    # The retry waits out the 1 s backoff; the upper bound leaves room for a loaded machine.
+    assert 0.9 <= binds[1] - binds[0] < 10.0
     assert extender.verbs() == ["filter", "bind", "filter", "bind"]
     failed = cluster.events("p", "FailedScheduling")
     assert [e["message"] for e in failed] == [
@@ -255,7 +256,7 @@ def test_deleting_a_pod_requeues_the_unschedulable(cluster: Cluster, start_drive
     cluster.delete_pod("first")
     assert wait_for(lambda: cluster.node_of("second"), "the second pod to be bound") == "n1"
     # Far sooner than the 60 s periodic retry: the deletion moved it (after its 1 s backoff).
-    assert time.monotonic() - deleted < 5.0
+    assert time.monotonic() - deleted < 20.0
 
 
 def test_selectors_taints_and_cpu_pick_the_nodes(cluster: Cluster, start_driver: Start) -> None:

@@ -14,6 +14,8 @@ does, and binds; it knows nothing of NPUs (the extender, vnpu-scheduler, does):
 * ``queue`` - activeQ, backoffQ and the unschedulable pool;
 * ``cluster`` - the Kubernetes API calls; ``informer`` - list+watch threads;
   ``events`` - the pod events, aggregated like client-go's recorder;
+* ``report`` - the events and the ``PodScheduled`` condition of an outcome; ``binder`` - the
+  binding cycle's worker pool;
 * ``driver`` - :class:`~vnpu_sandbox.scheduling.driver.Driver`, the cycles wired together;
   ``command`` - the ``vnpu-sandbox scheduler`` subcommand; ``logs`` - JSON log lines.
 

@@ -12,11 +12,10 @@ The driver wires the parts together:
   survivors, then - when more than one node is left - the built-in scores (``priorities``)
   plus each interested extender's score x weight x 10, the best total winning (ties at random,
   seeded by ``--seed``); the pod is then assumed on that node in the cache;
-* a pool of bind workers binds asynchronously, through the interested binder extender or with a
-  ``pods/binding`` of its own, and reports ``Scheduled``; a failed bind forgets the assumed pod
-  and sends it to the backoff queue;
-* failures become ``FailedScheduling`` events (``events``), the ``PodScheduled`` condition
-  (``Unschedulable`` or ``SchedulerError``) and a JSON log line per attempt.
+* ``binder``'s pool of workers binds asynchronously, through the interested binder extender or
+  with a ``pods/binding`` of its own;
+* failures become ``FailedScheduling`` events and the ``PodScheduled`` condition
+  (``report``: ``Unschedulable`` or ``SchedulerError``), and every attempt a JSON log line.
 
 The driver holds no NPU knowledge: whatever a pod's NPU request means is the extender's
 business. Nothing that goes wrong outside (the API, an extender) stops it.
@@ -24,7 +23,6 @@ business. Nothing that goes wrong outside (the API, an extender) stops it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import random
 import socket
@@ -36,6 +34,7 @@ from typing import Any
 from kubernetes import client
 
 from vnpu_sandbox.scheduling import (
+    binder,
     cache,
     cluster,
     config,
@@ -50,6 +49,7 @@ from vnpu_sandbox.scheduling import (
     predicates,
     priorities,
     queue,
+    report,
 )
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,8 @@ Json = dict[str, Any]
 
 MAX_EXTENDER_PRIORITY = 10
 EXTENDER_SCALE = priorities.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
-UNSCHEDULABLE = "Unschedulable"
-SCHEDULER_ERROR = "SchedulerError"
+UNSCHEDULABLE = report.UNSCHEDULABLE
+SCHEDULER_ERROR = report.SCHEDULER_ERROR
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -74,11 +74,6 @@ class Settings:
     api_timeout: float = 10.0
     watch_seconds: int = informer.WATCH_SECONDS
     instance: str = socket.gethostname()
-
-
-def _key(pod: Json) -> str:
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
 
 
 def _uid(pod: Json) -> str:
@@ -97,27 +92,6 @@ class _Candidates:
 
     def facts(self) -> list[nodeinfo.NodeFacts]:
         return [self.known[name] for name in self.names]
-
-
-class _Streaks:
-    """Log a recurring failure once, and its end once, instead of at every occurrence."""
-
-    def __init__(self) -> None:
-        self._failing: set[str] = set()
-        self._lock = threading.Lock()
-
-    def failed(self, key: str) -> bool:
-        with self._lock:
-            first = key not in self._failing
-            self._failing.add(key)
-            return first
-
-    def recovered(self, key: str) -> bool:
-        with self._lock:
-            if key in self._failing:
-                self._failing.discard(key)
-                return True
-            return False
 
 
 class _PodHandler:
@@ -162,15 +136,14 @@ class Driver:
             for spec in settings.config.extenders
         ]
         self.recorder = events.Recorder(self.api, settings.instance)
+        self.reporter = report.Reporter(self.api, self.recorder)
+        self.binder = binder.Binder(
+            self.cache, self.queue, self.api, self.extenders, self.reporter, settings.bind_workers
+        )
         self._profiles = frozenset(settings.config.profiles)
         self._ignored = settings.config.ignored_resources
         self._random = random.Random(settings.seed)
-        self._streaks = _Streaks()
-        self._binds = concurrent.futures.ThreadPoolExecutor(
-            settings.bind_workers, thread_name_prefix="bind"
-        )
-        self._in_flight: set[concurrent.futures.Future[None]] = set()
-        self._in_flight_lock = threading.Lock()
+        self._streaks = logs.Streaks()
         self._stopping = threading.Event()
         self._informers = [
             informer.Informer(
@@ -214,10 +187,7 @@ class Driver:
         for watcher in self._informers:
             watcher.stop()
         self._thread.join(timeout)
-        with self._in_flight_lock:
-            pending = set(self._in_flight)
-        concurrent.futures.wait(pending, timeout=timeout)
-        self._binds.shutdown(wait=False, cancel_futures=True)
+        self.binder.close(timeout)
         self.recorder.stop(timeout)
         for each in self.extenders:
             each.close()
@@ -277,7 +247,7 @@ class Driver:
                 log.warning(
                     "bound_pod_unreadable",
                     extra=logs.fields(
-                        pod=_key(pod),
+                        pod=report.key(pod),
                         field=exc.field,
                         error=exc.problem,
                         counted_as="one pod, no resources",
@@ -298,24 +268,26 @@ class Driver:
             try:
                 self._schedule(popped, started)
             except Exception as exc:  # a bug must cost one attempt, not the driver
-                log.exception("scheduling_cycle_crashed", extra=logs.fields(pod=_key(popped.pod)))
+                log.exception(
+                    "scheduling_cycle_crashed", extra=logs.fields(pod=report.key(popped.pod))
+                )
                 self._attempt_failed(
                     popped, f"internal error: {exc!r}", SCHEDULER_ERROR, started, {}
                 )
 
     def _schedule(self, popped: queue.Popped, started: float) -> None:
         pod = popped.pod
-        profile = str((pod.get("spec") or {}).get("schedulerName"))
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            message = f"skip schedule deleting pod: {_key(pod)}"
-            self.recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", message, profile)
+            message = self.reporter.skipped(pod)
             self.queue.done(popped.uid)
             self._log_attempt(popped, started, "skipped", reason=message)
             return
         try:
             demand = podrequests.demand(pod)
         except errors.PodSpecError as exc:
-            self._attempt_failed(popped, f"pod {_key(pod)}: {exc}", UNSCHEDULABLE, started, {})
+            self._attempt_failed(
+                popped, f"pod {report.key(pod)}: {exc}", UNSCHEDULABLE, started, {}
+            )
             return
         facts = predicates.pod_facts(pod, demand)
         candidates = self._filter(facts)
@@ -336,10 +308,7 @@ class Driver:
         chosen = names[0] if len(names) == 1 else self._select(pod, candidates)
         self.cache.assume(popped.uid, chosen, demand)
         self._log_attempt(popped, started, "scheduled", node=chosen, feasible=len(names), **counts)
-        future = self._binds.submit(self._bind, popped, chosen, profile)
-        with self._in_flight_lock:
-            self._in_flight.add(future)
-        future.add_done_callback(self._bind_finished)
+        self.binder.submit(popped, chosen)
 
     def _filter(self, facts: predicates.PodFacts) -> _Candidates:
         """The built-in filters on every node (and the built-in scores), on one snapshot."""
@@ -379,7 +348,7 @@ class Driver:
                 log.info(
                     "extender_skipped",
                     extra=logs.fields(
-                        pod=_key(pod), extender=each.name, verb="filter", error=str(exc)
+                        pod=report.key(pod), extender=each.name, verb="filter", error=str(exc)
                     ),
                 )
                 continue
@@ -411,88 +380,6 @@ class Driver:
         best = max(totals.values())
         return self._random.choice([name for name in names if totals[name] == best])
 
-    # --- binding --------------------------------------------------------------------------
-
-    def _bind_finished(self, future: concurrent.futures.Future[None]) -> None:
-        with self._in_flight_lock:
-            self._in_flight.discard(future)
-
-    def _bind(self, popped: queue.Popped, node: str, profile: str) -> None:
-        pod = popped.pod
-        metadata = pod.get("metadata") or {}
-        namespace = str(metadata.get("namespace") or "default")
-        name = str(metadata.get("name") or "")
-        started = time.monotonic()
-        binder = next((e for e in self.extenders if e.is_binder and e.interested(pod)), None)
-        by = "api"
-        try:
-            bound = False
-            if binder is not None:
-                try:
-                    binder.bind(namespace, name, popped.uid, node)
-                    bound, by = True, binder.name
-                except errors.ExtenderError as exc:
-                    if not binder.spec.ignorable:
-                        raise
-                    log.info(
-                        "extender_skipped",
-                        extra=logs.fields(
-                            pod=_key(pod), extender=binder.name, verb="bind", error=str(exc)
-                        ),
-                    )
-            if not bound:
-                self.api.bind(namespace, name, popped.uid, node)
-        except (errors.ExtenderError, errors.ApiError) as exc:
-            self._bind_failed(
-                popped, node, by if binder is None else binder.name, str(exc), started
-            )
-            return
-        except Exception as exc:  # never lose the pod to a bug in a bind worker
-            log.exception("bind_crashed", extra=logs.fields(pod=_key(pod), node=node))
-            self._bind_failed(popped, node, by, f"internal error: {exc!r}", started)
-            return
-        self.recorder.record(
-            pod,
-            "Normal",
-            "Scheduled",
-            "Binding",
-            f"Successfully assigned {_key(pod)} to {node}",
-            profile,
-        )
-        self.queue.done(popped.uid)
-        log.info(
-            "pod_bound",
-            extra=logs.fields(
-                pod=_key(pod),
-                node=node,
-                binder=by,
-                attempt=popped.attempts,
-                duration_seconds=round(time.monotonic() - started, 6),
-                since_first_attempt_seconds=round(time.monotonic() - popped.first_attempt, 6),
-            ),
-        )
-
-    def _bind_failed(
-        self, popped: queue.Popped, node: str, binder: str, message: str, started: float
-    ) -> None:
-        self.cache.forget(popped.uid)
-        self.queue.move_all()  # what the assumed pod held is free again
-        log.warning(
-            "bind_failed",
-            extra=logs.fields(
-                pod=_key(popped.pod),
-                node=node,
-                binder=binder,
-                error=message,
-                duration_seconds=round(time.monotonic() - started, 6),
-            ),
-        )
-        if self.cache.is_bound(popped.uid) or not self.queue.has(popped.uid):
-            self.queue.done(popped.uid)  # bound after all (a lost answer), or deleted meanwhile
-            return
-        self._report(popped, message, SCHEDULER_ERROR)
-        self.queue.error(popped.uid)
-
     # --- failures -------------------------------------------------------------------------
 
     def _attempt_failed(
@@ -503,58 +390,13 @@ class Driver:
         started: float,
         counts: dict[str, int],
     ) -> None:
-        self._report(popped, message, reason)
+        self.reporter.failed(self.queue.latest(popped.uid) or popped.pod, message, reason)
         if reason == UNSCHEDULABLE:
             self.queue.unschedulable(popped.uid)
         else:
             self.queue.error(popped.uid)
         outcome = "unschedulable" if reason == UNSCHEDULABLE else "error"
         self._log_attempt(popped, started, outcome, reason=message, **counts)
-
-    def _report(self, popped: queue.Popped, message: str, reason: str) -> None:
-        """The FailedScheduling event and the PodScheduled condition, as handleSchedulingFailure writes them."""
-        pod = self.queue.latest(popped.uid) or popped.pod
-        profile = str((pod.get("spec") or {}).get("schedulerName"))
-        self.recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", message, profile)
-        self._set_condition(pod, reason, message)
-
-    def _set_condition(self, pod: Json, reason: str, message: str) -> None:
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        current = next(
-            (c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"), None
-        )
-        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
-            "False",
-            reason,
-            message,
-        ):
-            return
-        since = (
-            current.get("lastTransitionTime")
-            if current and current.get("status") == "False"
-            else None
-        )
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since or events.timestamp(time.time()),
-        }
-        metadata = pod.get("metadata") or {}
-        try:
-            self.api.patch_pod_status(
-                str(metadata.get("namespace") or "default"),
-                str(metadata.get("name") or ""),
-                {"status": {"conditions": [condition]}},
-            )
-            if self._streaks.recovered("condition"):
-                log.info("pod_condition_write_recovered")
-        except errors.ApiError as exc:
-            if not exc.not_found and self._streaks.failed("condition"):
-                log.warning(
-                    "pod_condition_write_failed", extra=logs.fields(pod=_key(pod), error=str(exc))
-                )
 
     def _extender_failed(
         self, each: extender.Extender, verb: str, exc: errors.ExtenderError
@@ -575,7 +417,7 @@ class Driver:
         log.info(
             "scheduling_attempt",
             extra=logs.fields(
-                pod=_key(popped.pod),
+                pod=report.key(popped.pod),
                 attempt=popped.attempts,
                 outcome=outcome,
                 duration_seconds=round(time.monotonic() - started, 6),

@@ -6,7 +6,8 @@ A line carries ``timestamp`` (ISO 8601, UTC), ``level``, ``event``, ``logger`` a
 an exception adds its traceback as ``exception``. Records of the libraries (urllib3, httpx,
 the Kubernetes client) come out the same way, their message as ``event``; those libraries are
 held at ERROR unless the level is ``debug``: the driver reports their failures itself, once
-and with context, where urllib3 would warn at every connection retry.
+and with context, where urllib3 would warn at every connection retry. :class:`Streaks` is
+how a module logs a recurring failure once per streak.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import datetime
 import json
 import logging
 import sys
+import threading
 from typing import Any
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -59,3 +61,26 @@ def configure(level: str = "info") -> None:
         logging.getLogger(name).setLevel(
             logging.DEBUG if level.lower() == "debug" else logging.ERROR
         )
+
+
+class Streaks:
+    """Say a recurring failure once when it starts and once when it ends, not at every occurrence."""
+
+    def __init__(self) -> None:
+        self._failing: set[str] = set()
+        self._lock = threading.Lock()
+
+    def failed(self, key: str) -> bool:
+        """Record a failure of ``key``; True for the first of a streak (log it)."""
+        with self._lock:
+            first = key not in self._failing
+            self._failing.add(key)
+            return first
+
+    def recovered(self, key: str) -> bool:
+        """Record a success of ``key``; True when it ends a streak (log that)."""
+        with self._lock:
+            if key in self._failing:
+                self._failing.discard(key)
+                return True
+            return False
