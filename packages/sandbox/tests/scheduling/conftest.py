@@ -257,11 +257,13 @@ def extender_config(
     ignorable: bool = False,
     managed: tuple[str, ...] = ("example.com/chip",),
     profiles: tuple[str, ...] = ("vnpu-scheduler",),
+    max_backoff: int = 10,
 ) -> config.Config:
     return config.parse(
         {
             "apiVersion": config.API_VERSION,
             "kind": config.KIND,
+            "podMaxBackoffSeconds": max_backoff,
             "profiles": [{"schedulerName": name} for name in profiles],
             "extenders": [
                 {

@@ -313,7 +313,7 @@ def test_an_extender_failure_is_reported_and_the_driver_carries_on(
 ) -> None:
     cluster.add_node("n1")
     extender.status = 500
-    start_driver(extender_config(extender.url))
+    start_driver(extender_config(extender.url, max_backoff=2))
     cluster.add_pod("p", limits=CHIP, scheduler="vnpu-scheduler")
     events = wait_for(lambda: cluster.events("p", "FailedScheduling"), "FailedScheduling")
     assert (
@@ -324,8 +324,8 @@ def test_an_extender_failure_is_reported_and_the_driver_carries_on(
     assert condition["reason"] == "SchedulerError"
     cluster.add_pod("plain", scheduler="vnpu-scheduler")  # no extender involved: still scheduled
     assert wait_for(lambda: cluster.node_of("plain"), "the plain pod to be bound") == "n1"
-    extender.status = 200  # the extender is back: the pod gets through on a retry
-    assert wait_for(lambda: cluster.node_of("p"), "the pod to be bound", timeout=15) == "n1"
+    extender.status = 200  # the extender is back: the pod gets through on a retry (<= 2 s)
+    assert wait_for(lambda: cluster.node_of("p"), "the pod to be bound") == "n1"
 
 
 def test_an_unreachable_extender(cluster: Cluster, start_driver: Start) -> None:
