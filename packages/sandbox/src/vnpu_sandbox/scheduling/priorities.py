@@ -14,9 +14,9 @@ did. Each plugin scores 0-100 per node (after its normalisation), times its defa
 * NodeAffinity, weight 2: the sum of the weights of the matching preferred terms, normalised
   so that the best node scores 100.
 
-PodTopologySpread, InterPodAffinity, ImageLocality and VolumeBinding are not scored (they give
-every node the same score in the sandbox: no Services or ReplicaSets to spread, no pod
-affinity terms read, no images, no volumes). Integer arithmetic as in kube-scheduler. Pure code.
+PodTopologySpread (whose default constraints spread a ReplicaSet's pods), InterPodAffinity
+(pod affinity is not read), ImageLocality and VolumeBinding (no images, no volumes in the
+sandbox) are not scored. Integer arithmetic as in kube-scheduler. Pure code.
 """
 
 from __future__ import annotations
