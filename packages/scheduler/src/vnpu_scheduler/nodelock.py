@@ -39,6 +39,7 @@ Json = dict[str, Any]
 T = TypeVar("T")
 Runner = Callable[..., Awaitable[Any]]
 log = structlog.get_logger(__name__)
+_jitter = random.Random()  # its own generator: the global one belongs to the process
 
 
 def _now() -> datetime:
@@ -146,7 +147,7 @@ class NodeLocks:
                     # Someone wrote the node first: read it again after a short, growing pause.
                     self._stats.bind_conflicts.labels("lock").inc()
                     self._stats.bind_retries.inc()
-                    await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                    await asyncio.sleep(backoff * _jitter.uniform(0.5, 1.0))
                     backoff = min(backoff * 2, 0.2)
                     continue
                 self._stats.lock_wait.observe(time.monotonic() - start)
@@ -161,7 +162,7 @@ class NodeLocks:
                     f"node {node} is locked by {holder} (waited {waited:.1f} s); its device "
                     "plugin has not finished the previous Allocate",
                 )
-            pause = min(delay, self._wait - waited) * random.uniform(0.5, 1.0)
+            pause = min(delay, self._wait - waited) * _jitter.uniform(0.5, 1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), pause)
             delay = min(delay * 2, 0.5)
