@@ -115,9 +115,20 @@ class PodWatch:
             raise errors.ApiError("watch", "pods", 0, str(exc)) from exc
 
     def close(self) -> None:
+        """End the stream; closing one that has already ended or been closed is not an error.
+
+        urllib3 raises ValueError when the stream is shut down twice and RuntimeError once its
+        connection has been released.
+        """
         try:
             self._response.shutdown()
-        except (AttributeError, OSError, urllib3.exceptions.HTTPError) as exc:
+        except (
+            AttributeError,
+            OSError,
+            ValueError,
+            RuntimeError,
+            urllib3.exceptions.HTTPError,
+        ) as exc:
             log.debug("watch_shutdown_failed error=%s", exc)
         self._response.release_conn()
 
