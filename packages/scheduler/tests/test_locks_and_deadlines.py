@@ -1,0 +1,292 @@
+"""Node locks dated in the future, and binds that meet a hung API or a long queue: all bounded.
+
+A lock written by a wrong clock (dated further ahead than ``--lock-clock-skew``) no longer
+blocks a node: it counts as expired, so it is taken over unless its owner still waits for
+Allocate, and the take-over is logged, counted and put in an event. Every bind answers
+within ``--bind-timeout`` (plus the short rollback): the API is reached through a real TCP
+proxy that swallows the Binding, or answers it late, and binds queue behind a lock that is
+never released. What a bind wrote is rolled back unless its Binding landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from vnpu_core import coordination
+from vnpu_sandbox.apiserver import harness
+
+LOCK = "hami.io/mutex.lock"
+MERGE_PATCH = "application/merge-patch+json"
+Json = dict[str, Any]
+
+
+def _lock(owner: tuple[str, str] | None, ahead_seconds: float) -> str:
+    when = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=ahead_seconds)
+    if owner is None:
+        return coordination.encode_lock(coordination.NodeLock(when))
+    return coordination.encode_lock(coordination.NodeLock(when, owner[0], owner[1]))
+
+
+def _bind(scheduler: Any, kube: Any, name: str, node: str = "n1") -> str:
+    pod = kube.pod(name)
+    body = {
+        "PodName": name,
+        "PodNamespace": "default",
+        "PodUID": pod["metadata"]["uid"],
+        "Node": node,
+    }
+    answer = scheduler.post("bind", body)
+    assert answer.status_code == 200
+    error: str = answer.json()["Error"]
+    return error
+
+
+def _notes(kube: Any, node: str = "n1") -> dict[str, str]:
+    found: dict[str, str] = kube.node(node)["metadata"].get("annotations") or {}
+    return found
+
+
+@pytest.fixture
+def node_and_pod(kube: Any, make: Any) -> None:
+    kube.add_node(make.node("n1"))
+    kube.add_pod(make.npu_pod("job", memory=4000))
+
+
+# --- locks from the future -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("owner", [("default", "done"), None])
+def test_a_lock_dated_in_the_future_is_taken_over(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None, owner: Any
+) -> None:
+    scheduler = start_scheduler(lock_wait=0.5, lock_ttl=300.0)
+    kube.add_pod(make.npu_pod("done", annotations={"hami.io/bind-phase": "success"}))
+    future = _lock(owner, ahead_seconds=3600)
+    kube.annotate_node("n1", {LOCK: future})
+    started = time.monotonic()
+    assert _bind(scheduler, kube, "job") == ""
+    assert time.monotonic() - started < 0.5  # no waiting on a lock nobody holds
+    assert _notes(kube)[LOCK].endswith(",default,job")
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="future") == 1
+    scheduler.wait_for(lambda: any(e["reason"] == "NPULockTakenOver" for e in kube.events("job")))
+    event = next(e for e in kube.events("job") if e["reason"] == "NPULockTakenOver")
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(
+        f"node n1: took over hami.io/mutex.lock={future}: it is dated "
+    )
+    assert (
+        "in the future (more than the allowed clock skew of 30 s): a wrong clock wrote it"
+        in (event["message"])
+    )
+
+
+def test_a_future_lock_of_a_pod_still_waiting_for_allocate_is_kept(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None
+) -> None:
+    """Its date is wrong, but its owner may still be served: never hand its chips on (#3096)."""
+    scheduler = start_scheduler(lock_wait=0.3)
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
+    future = _lock(("default", "other"), ahead_seconds=3600)
+    kube.annotate_node("n1", {LOCK: future})
+    error = _bind(scheduler, kube, "job")
+    assert error.startswith(
+        "node n1 is locked by pod default/other, still waiting for Allocate (its lock is dated 3"
+    )
+    assert "s in the future)" in error
+    assert _notes(kube)[LOCK] == future
+    assert not kube.pod("job")["spec"].get("nodeName")
+
+
+def test_a_lock_slightly_ahead_is_a_fresh_lock(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None
+) -> None:
+    """Within the clock-skew allowance the lock is read as just taken: it is waited for."""
+    scheduler = start_scheduler(lock_wait=0.3, lock_clock_skew=30.0)
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "success"}))
+    ahead = _lock(("default", "other"), ahead_seconds=10)
+    kube.annotate_node("n1", {LOCK: ahead})
+    assert _bind(scheduler, kube, "job").startswith("node n1 is locked by pod default/other")
+    assert _notes(kube)[LOCK] == ahead
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="future") == 0
+
+
+# --- bind deadlines ---------------------------------------------------------------------------
+
+
+@dataclass
+class SlowApi:
+    """A TCP proxy in front of the API emulator that swallows or delays chosen requests.
+
+    ``swallow`` (a path fragment): such a request is read and never forwarded. ``late`` (a
+    path fragment): such a request is forwarded at once and its answer held back
+    ``late_seconds``. Everything else (watches included) flows through unchanged.
+    """
+
+    upstream: str
+    swallow: str = ""
+    late: str = ""
+    late_seconds: float = 5.0
+    seen: list[str] = field(default_factory=list)
+    url: str = ""
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        parts = urlsplit(self.upstream)
+        up_reader, up_writer = await asyncio.open_connection(parts.hostname, parts.port)
+        hold = asyncio.Event()
+        hold.set()
+
+        async def down() -> None:
+            while data := await up_reader.read(65536):
+                await hold.wait()
+                writer.write(data)
+                await writer.drain()
+
+        answers = asyncio.get_running_loop().create_task(down())
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                line = head.split(b"\r\n", 1)[0].decode()
+                length = 0
+                for header in head.split(b"\r\n")[1:]:
+                    name, _, value = header.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                self.seen.append(line)
+                path = line.split()[1]
+                if self.swallow and self.swallow in path:
+                    continue  # never forwarded, never answered
+                if self.late and self.late in path:
+                    hold.clear()
+                    asyncio.get_running_loop().call_later(self.late_seconds, hold.set)
+                up_writer.write(head + body)
+                await up_writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            answers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await answers
+            for stream in (writer, up_writer):
+                stream.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[str]:
+        """Serve on a free loopback port in a thread of its own; yield the URL."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        stop = asyncio.Event()
+
+        async def main() -> None:
+            server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.url = f"http://{host}:{port}"
+            ready.set()
+            await stop.wait()
+            server.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+            await server.wait_closed()
+
+        thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+        thread.start()
+        assert ready.wait(5)
+        try:
+            yield self.url
+        finally:
+            loop.call_soon_threadsafe(stop.set)
+            thread.join(timeout=5)
+            loop.close()
+
+
+@pytest.fixture
+def slow_api(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``kube`` behind a ``SlowApi`` (parametrize indirectly with its fields); its kubeconfig."""
+    proxy = SlowApi(kube.url, **getattr(request, "param", {}))
+    with proxy.running() as url:
+        yield proxy, harness.write_kubeconfig(tmp_path / "slow-kubeconfig", url)
+
+
+@pytest.mark.parametrize("slow_api", [{"swallow": "/binding"}], indirect=True)
+def test_a_binding_the_api_never_answers_is_rolled_back_at_the_deadline(
+    kube: Any, start_scheduler: Any, slow_api: Any, node_and_pod: None
+) -> None:
+    proxy, kubeconfig = slow_api
+    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=1.5, lock_wait=1.0)
+    started = time.monotonic()
+    error = _bind(scheduler, kube, "job")
+    took = time.monotonic() - started
+    assert error == (
+        "bind of pod default/job to node n1 did not finish within 1.5 s (--bind-timeout); "
+        "nothing was bound; the node lock it took was released"
+    )
+    assert 1.5 <= took < 1.5 + 2.0 + 0.5  # the deadline, plus at most the rollback
+    assert any("/binding" in line for line in proxy.seen)  # it did get as far as the Binding
+    assert LOCK not in _notes(kube)
+    time.sleep(0.3)
+    pod = kube.pod("job")
+    assert not pod["spec"].get("nodeName")
+    assert not any(k.startswith("hami.io/") for k in pod["metadata"].get("annotations") or {})
+    assert scheduler.sample("vnpu_scheduler_binds_total", result="failed") == 1
+    scheduler.wait_for(lambda: any(e["reason"] == "NPUBindFailed" for e in kube.events("job")))
+
+
+@pytest.mark.parametrize("slow_api", [{"late": "/binding", "late_seconds": 6.0}], indirect=True)
+def test_a_binding_answered_late_is_a_success_when_it_landed(
+    kube: Any, start_scheduler: Any, slow_api: Any, node_and_pod: None
+) -> None:
+    """The API wrote the Binding but its answer is lost: the rollback finds it and keeps it."""
+    _, kubeconfig = slow_api
+    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=1.5, lock_wait=1.0)
+    started = time.monotonic()
+    assert _bind(scheduler, kube, "job") == ""
+    assert time.monotonic() - started < 1.5 + 2.0 + 0.5
+    pod = kube.pod("job")
+    assert pod["spec"]["nodeName"] == "n1"
+    assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
+    assert _notes(kube)[LOCK].endswith(",default,job")  # kept for the device plugin
+
+
+def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
+    kube: Any, make: Any, start_scheduler: Any
+) -> None:
+    """Three binds to a node whose lock is never released: none answers after its deadline."""
+    scheduler = start_scheduler(bind_timeout=1.5, lock_wait=1.0)
+    kube.add_node(make.node("n1"))
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
+    held = _lock(("default", "other"), ahead_seconds=0)
+    kube.annotate_node("n1", {LOCK: held})
+    for name in ("a", "b", "c"):
+        kube.add_pod(make.npu_pod(name, memory=4000))
+
+    def timed(name: str) -> tuple[str, float]:
+        started = time.monotonic()
+        error = _bind(scheduler, kube, name)
+        return error, time.monotonic() - started
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(timed, ("a", "b", "c")))
+    for error, took in results:
+        assert took < 1.5 + 2.0 + 0.5, (error, took)
+        assert error.startswith("node n1 is locked by pod default/other") or error == (
+            f"bind of pod {error.split()[3]} to node n1 did not finish within 1.5 s "
+            "(--bind-timeout); nothing was bound"
+        ), error
+    assert sum("did not finish" in error for error, _ in results) >= 1  # the queue hit the deadline
+    assert _notes(kube)[LOCK] == held
+    for name in ("a", "b", "c"):
+        assert not kube.pod(name)["spec"].get("nodeName")
