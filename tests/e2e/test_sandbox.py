@@ -149,6 +149,59 @@ def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
     sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
 
 
+DEMO_MANIFESTS = {
+    "00-web.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: x
+          resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 3000}}
+""",
+    "10-impossible.yaml": """\
+apiVersion: v1
+kind: Pod
+metadata: {name: sixteen}
+spec:
+  containers:
+    - {name: c, image: x, resources: {limits: {huawei.com/Ascend910B3: 16}}}
+""",
+}
+
+
+def test_the_demo_scenario_explains_and_counts_what_it_placed(sandbox: Any) -> None:
+    manifests = sandbox.directory / "demo"
+    manifests.mkdir()
+    for name, text in DEMO_MANIFESTS.items():
+        (manifests / name).write_text(text, encoding="utf-8")
+    played = sandbox.command(
+        "demo", "--dir", str(sandbox.directory), "--manifests", str(manifests),
+        "--scale", "default/web=3",
+    )  # fmt: skip
+    assert played.returncode == 0, played.stderr + played.stdout
+    out = played.stdout
+    assert "Where the pods landed (2 of 3 placed)" in out, out
+    assert "Refused (1)" in out
+    assert "default/sixteen:\n  0/3 nodes are available: " in out
+    assert "0 pods removed, 1 created:" in out
+    assert re.search(r"Ascend310P\s+1/4\s", out), out  # three vir01 on one chip
+    if sandbox.record.prometheus_url is not None:
+        assert "once it has scraped the 3 allocations" in out
+        assert "have not reached Prometheus" not in out
+        assert re.search(r"template=vir01\s+3\n", out), out
+    sandbox.ctl.run(["delete", "deployment", "web"])
+    sandbox.ctl.run(["delete", "pod", "sixteen", "--wait=false"])
+    sandbox.wait_for(lambda: not sandbox.pods(), "the demo's pods gone", 30)
+    sandbox.wait_for(lambda: not sandbox.vnpus("duo"), "the demo's vNPUs destroyed", 30)
+
+
 CHURN_ROUNDS = 20
 CHURN_PODS = 8
 

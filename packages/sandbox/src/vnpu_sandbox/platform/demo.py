@@ -28,7 +28,7 @@ NAME = "demo"
 HELP = "Run the NPU-sharing scenario on a sandbox started by `vnpu-sandbox up`."
 
 SETTLE_SECONDS = 120.0
-SCALES = (("docs", "chat-7b", 2), ("docs", "ocr-forms", 16))
+SCALES = ("docs/chat-7b=2", "docs/ocr-forms=16")
 QUERIES = (
     (
         "memory allocated / capacity per chip model (GiB)",
@@ -50,8 +50,24 @@ class DemoError(Exception):
     """A step of the scenario failed; the message names the step."""
 
 
+def _scale(text: str) -> tuple[str, str, int]:
+    """``NAMESPACE/DEPLOYMENT=REPLICAS`` as (namespace, name, replicas)."""
+    target, sep, count = text.partition("=")
+    namespace, slash, name = target.rpartition("/")
+    if not sep or not name or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/DEPLOYMENT=REPLICAS")
+    return namespace if slash else "default", name, int(count)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     up.add_dir_flag(parser)
+    parser.add_argument(
+        "--scale",
+        type=_scale,
+        action="append",
+        metavar="NAMESPACE/DEPLOYMENT=REPLICAS",
+        help=f"the scale step, repeatable, in order (default: {' '.join(SCALES)})",
+    )
     parser.add_argument(
         "--manifests",
         type=Path,
@@ -72,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"vnpu-sandbox demo: no ready sandbox in {where.root}; run `vnpu-sandbox up`")
         return 2
     try:
-        Scenario(record, kubectl.Kubectl(record.kubeconfig), args.manifests).play()
+        scales = args.scale or [_scale(text) for text in SCALES]
+        Scenario(record, kubectl.Kubectl(record.kubeconfig), args.manifests, scales).play()
     except (DemoError, kubectl.KubectlError) as exc:
         print(f"vnpu-sandbox demo: {exc}", file=sys.stderr)
         return 1
@@ -84,10 +101,18 @@ def heading(text: str) -> None:
 
 
 class Scenario:
-    def __init__(self, record: layout.Record, ctl: kubectl.Kubectl, manifests: Path) -> None:
+    def __init__(
+        self,
+        record: layout.Record,
+        ctl: kubectl.Kubectl,
+        manifests: Path,
+        scales: list[tuple[str, str, int]],
+    ) -> None:
         self.record = record
         self.ctl = ctl
         self.manifests = manifests
+        self.scales = scales
+        self.refused: list[str] = []
         self.record_dir = Path(record.kubeconfig).parent
 
     def play(self) -> None:
@@ -100,8 +125,8 @@ class Scenario:
         self.show_placements(pods)
         self.show_refused(pods)
         before = {self.key(p) for p in pods}
-        heading("Scale: " + ", ".join(f"{name} to {n}" for _, name, n in SCALES))
-        for namespace, name, replicas in SCALES:
+        heading("Scale: " + ", ".join(f"{name} to {n}" for _, name, n in self.scales))
+        for namespace, name, replicas in self.scales:
             self.ctl.run(["scale", "deployment", name, "-n", namespace, f"--replicas={replicas}"])
             print(f"kubectl scale deployment {name} -n {namespace} --replicas={replicas}")
         pods = self.settle()
@@ -151,6 +176,7 @@ class Scenario:
 
     def show_refused(self, pods: Iterable[Json]) -> None:
         refused = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
+        self.refused = [self.key(p) for p in refused]
         heading(f"Refused ({len(refused)}), as `kubectl describe pod` explains them")
         for pod in refused:
             meta = pod["metadata"]
@@ -199,7 +225,9 @@ class Scenario:
         heading("Explore")
         print(f"  export KUBECONFIG={self.record.kubeconfig}")
         print("  kubectl get pods -A -o wide")
-        print("  kubectl describe pod -n vision llama-70b-16card")
+        for key in self.refused[:1]:
+            namespace, name = key.split("/", 1)
+            print(f"  kubectl describe pod -n {namespace} {name}")
         print("  kubectl get node NODE -o yaml       # the chips its device plugin registered")
         if self.record.prometheus_url:
             print(f"  Prometheus: {self.record.prometheus_url}/graph")
