@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,11 @@ class Component:
     name: str
     argv: tuple[str, ...]
     ready_url: str | None = None
+
+
+Credentials = Callable[[str, str | None], str]
+"""The kubeconfig of a part by role (``vnpu-scheduler``, ``kubelet``, ``device-plugin``,
+``exporter``) and node (None for the scheduler): one identity each on a real control plane."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,40 +107,54 @@ def services(
     nodes: Sequence[clusterfile.NodeSpec],
     ports: Ports,
     prometheus: str | None,
+    credentials: Credentials | None = None,
+    scheduler_flags: Sequence[str] = (),
 ) -> list[Component]:
-    """Everything that starts once the API answers, in start order."""
+    """Everything that starts once the API answers, in start order.
+
+    With ``credentials`` (a real control plane) each part gets its own kubeconfig, the
+    scheduler ``scheduler_flags`` too, and the sandbox's controllers and scheduling driver
+    are left out: kube-controller-manager and kube-scheduler play their parts.
+    """
     kubeconfig = str(where.kubeconfig)
+    scheduler_kubeconfig = kubeconfig if credentials is None else credentials("scheduler", None)
     out = [
         Component(
             "vnpu-scheduler",
             _python(
                 "vnpu_scheduler",
                 "--kubeconfig",
-                kubeconfig,
+                scheduler_kubeconfig,
                 "--host",
                 LOOPBACK,
                 "--port",
                 str(ports.scheduler),
+                *scheduler_flags,
             ),
             url(ports.scheduler, "/readyz"),
         ),
-        Component(
-            "controllers", _python("vnpu_sandbox", "controllers", "--kubeconfig", kubeconfig)
-        ),
-        Component(
-            "scheduling-driver",
-            _python(
-                "vnpu_sandbox",
-                "scheduler",
-                "--config",
-                str(where.kube_scheduler_config),
-                "--kubeconfig",
-                kubeconfig,
-            ),
-        ),
     ]
+    if credentials is None:
+        out.append(
+            Component(
+                "controllers", _python("vnpu_sandbox", "controllers", "--kubeconfig", kubeconfig)
+            )
+        )
+        out.append(
+            Component(
+                "scheduling-driver",
+                _python(
+                    "vnpu_sandbox",
+                    "scheduler",
+                    "--config",
+                    str(where.kube_scheduler_config),
+                    "--kubeconfig",
+                    kubeconfig,
+                ),
+            )
+        )
     for node in nodes:
-        out.extend(node_agents(where, node, ports))
+        out.extend(node_agents(where, node, ports, credentials))
     if prometheus is not None and ports.prometheus:
         data = where.prometheus / "data"
         argv = (
@@ -149,10 +168,19 @@ def services(
     return out
 
 
-def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) -> list[Component]:
+def node_agents(
+    where: layout.Layout,
+    node: clusterfile.NodeSpec,
+    ports: Ports,
+    credentials: Credentials | None = None,
+) -> list[Component]:
     """The simulated kubelet, the device plugin and (when it has a port) the exporter of a node."""
     dirs = where.node(node.name)
-    kubeconfig = str(where.kubeconfig)
+
+    def kubeconfig_of(role: str) -> str:
+        return str(where.kubeconfig) if credentials is None else credentials(role, node.name)
+
+    kubeconfig = kubeconfig_of("kubelet")
     kubelet = _python(
         "vnpu_sandbox",
         "kubelet",
@@ -182,7 +210,7 @@ def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) 
         "--pod-resources-socket",
         str(dirs.pod_resources_socket),
         "--kubeconfig",
-        kubeconfig,
+        kubeconfig_of("device-plugin"),
         "--state-dir",
         str(dirs.plugin_state),
         "--metrics-host",
@@ -218,7 +246,7 @@ def node_agents(where: layout.Layout, node: clusterfile.NodeSpec, ports: Ports) 
             "--pod-resources-socket",
             str(dirs.pod_resources_socket),
             "--kubeconfig",
-            kubeconfig,
+            kubeconfig_of("exporter"),
             "--device-plugin-state-dir",
             str(dirs.plugin_state),
             "--host",

@@ -61,8 +61,11 @@ def kube_scheduler_config(extender_url: str, scheduler_name: str = SCHEDULER_NAM
     }
 
 
-def webhook_configurations(scheduler_url: str) -> list[Json]:
-    """The mutating and validating configurations of vnpu-scheduler's admission webhooks."""
+def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> list[Json]:
+    """The mutating and validating configurations of vnpu-scheduler's admission webhooks.
+
+    ``ca_bundle`` (base64 PEM) is what kube-apiserver verifies an ``https`` URL against.
+    """
     documents = []
     for kind, verb in (("Mutating", "mutate"), ("Validating", "validate")):
         webhook: Json = {
@@ -71,7 +74,8 @@ def webhook_configurations(scheduler_url: str) -> list[Json]:
             "sideEffects": "None",
             "failurePolicy": "Ignore",
             "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
-            "clientConfig": {"url": f"{scheduler_url}/{verb}"},
+            "clientConfig": {"url": f"{scheduler_url}/{verb}"}
+            | ({"caBundle": ca_bundle} if ca_bundle else {}),
             "rules": [
                 {
                     "operations": ["CREATE"],

@@ -10,6 +10,7 @@ emulator needs no credentials and this runs before any client library would be o
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -20,25 +21,27 @@ from vnpu_sandbox.platform import clusterfile
 REGISTER_PREFIX = "hami.io/node-register-"
 
 
-def http_ok(url: str, timeout: float = 2.0) -> bool:
-    """Whether ``url`` answers 200 now."""
+def http_ok(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> bool:
+    """Whether ``url`` answers 200 now (``context``: the TLS trust and client certificate)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as answer:
             return int(answer.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def get_json(url: str, timeout: float = 5.0) -> Any:
+def get_json(url: str, timeout: float = 5.0, context: ssl.SSLContext | None = None) -> Any:
     """The JSON document at ``url``; raises OSError (URLError included) or ValueError."""
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as answer:
         return json.loads(answer.read())
 
 
-def node_problems(api_url: str, nodes: Sequence[clusterfile.NodeSpec]) -> dict[str, str]:
+def node_problems(
+    api_url: str, nodes: Sequence[clusterfile.NodeSpec], context: ssl.SSLContext | None = None
+) -> dict[str, str]:
     """What keeps each node from being ready, by node name (empty when every node is)."""
     try:
-        listed = get_json(f"{api_url}/api/v1/nodes")
+        listed = get_json(f"{api_url}/api/v1/nodes", context=context)
     except (OSError, ValueError) as exc:
         return {n.name: f"cannot list nodes: {exc}" for n in nodes}
     by_name = {item["metadata"]["name"]: item for item in listed.get("items", [])}

@@ -9,6 +9,7 @@ the end of its log, so the message alone explains a failed start.
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -46,9 +47,13 @@ def tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
 class Startup:
     """The processes one ``up`` started, kept in the record as they start."""
 
-    def __init__(self, where: layout.Layout, record: layout.Record) -> None:
+    def __init__(
+        self, where: layout.Layout, record: layout.Record, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.where = where
         self.record = record
+        self.tls = tls
+        """Trust and client certificate for ``https`` readiness URLs (a real control plane)."""
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._ready_urls: dict[str, str] = {}
 
@@ -86,7 +91,11 @@ class Startup:
         next_progress = time.monotonic() + PROGRESS_SECONDS
         while True:
             self.check_running()
-            wanted = {n: u for n, u in wanted.items() if not probes.http_ok(u, timeout=1.0)}
+            wanted = {
+                n: u
+                for n, u in wanted.items()
+                if not probes.http_ok(u, timeout=1.0, context=self.tls)
+            }
             problems = {n: f"{u} does not answer 200 yet" for n, u in wanted.items()}
             if extra is not None and not wanted:
                 problems.update(extra())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vnpu_sandbox.platform import layout, probes, processes, up
+from vnpu_sandbox.platform import certificates, controlplane, layout, probes, processes, up
 
 NAME = "status"
 HELP = "Show the processes, ports and nodes of a sandbox started by `vnpu-sandbox up`."
@@ -41,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
         healthy = healthy and running
         state = "running" if running else "exited"
         print(f"  {process.name:<28} pid {process.pid:<8} {state:<8} {process.log}")
-    problems = probes.node_problems(record.api_url, record.nodes)
+    context = None
+    if record.control_plane == "real":
+        pki = certificates.Pki(controlplane.pki_dir(where))
+        context = controlplane.tls_context(pki) if pki.ca.cert.exists() else None
+    problems = probes.node_problems(record.api_url, record.nodes, context)
     for node in record.nodes:
         problem = problems.get(node.name)
         healthy = healthy and not problem

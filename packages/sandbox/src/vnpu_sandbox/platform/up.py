@@ -29,10 +29,12 @@ from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.platform import (
     clusterfile,
     components,
+    controlplane,
     layout,
     manifests,
     probes,
     processes,
+    realup,
     startup,
 )
 
@@ -89,6 +91,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="start no exporter (they are not on the scheduling path; saves ~90 MB per node)",
     )
     parser.add_argument(
+        "--control-plane",
+        choices=("emulator", "real"),
+        default="emulator",
+        help="the API emulator, or etcd, kube-apiserver, kube-controller-manager and "
+        "kube-scheduler built by `make k8s-bin` (docs/real-control-plane.md; "
+        "default: %(default)s)",
+    )
+    parser.add_argument(
         "--alert-rules",
         type=Path,
         metavar="FILE",
@@ -134,10 +144,15 @@ def run(args: argparse.Namespace) -> int:
             f"--dir {args.dir}: the unix socket {too_long} would be {len(str(too_long))} "
             f"characters, over Linux's {layout.SOCKET_PATH_MAX}; use a shorter directory"
         )
+    real = args.control_plane == "real"
+    try:
+        bins = controlplane.binaries() if real else {}
+    except controlplane.ControlPlaneError as exc:
+        return _fail(f"--control-plane real: {exc}")
     prometheus, rules, notes = _prometheus(args)
     if rules is not None and not rules.is_file():
         return _fail(f"--alert-rules {rules}: no such file")
-    for stale in ("nodes", "logs", "prometheus"):
+    for stale in ("nodes", "logs", "prometheus", "control-plane"):
         shutil.rmtree(where.root / stale, ignore_errors=True)
     ports = components.choose_ports(
         nodes,
@@ -145,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         prometheus=None if prometheus is None else args.prometheus_port,
         exporters=not args.no_exporters,
     )
-    api_url = components.url(ports.api)
+    plane = controlplane.Plane.at(where, controlplane.Ports.choose(ports.api), bins)
+    api_url = plane.api_url if real else components.url(ports.api)
     record = layout.Record(
         api_url=api_url,
         kubeconfig=str(where.kubeconfig),
@@ -153,10 +169,17 @@ def run(args: argparse.Namespace) -> int:
         nodes=list(nodes),
         ports=ports.as_dict(),
         prometheus_url=components.url(ports.prometheus) if prometheus else None,
+        control_plane=args.control_plane,
     )
+    if real:
+        record.ports.update(plane.ports.as_dict())
     run_ = startup.Startup(where, record)
     try:
-        _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
+        if real:
+            _write_prometheus_config(where, ports, prometheus, rules)
+            realup.bring_up(run_, where, nodes, ports, plane, prometheus, args.timeout)
+        else:
+            _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
     except startup.StartError as exc:
         run_.stop_all()
         where.record.unlink(missing_ok=True)
@@ -202,14 +225,7 @@ def _bring_up(
     for document in manifests.webhook_configurations(scheduler_url):
         _create(run_.record.api_url, document)
     _write_yaml(where.kube_scheduler_config, manifests.kube_scheduler_config(scheduler_url))
-    if prometheus is not None:
-        config = manifests.prometheus_config(
-            f"{components.LOOPBACK}:{ports.scheduler}",
-            [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.device_plugins.items()],
-            [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.exporters.items()],
-            [str(rules)] if rules is not None else [],
-        )
-        _write_yaml(where.prometheus / "prometheus.yml", config)
+    _write_prometheus_config(where, ports, prometheus, rules)
     for node in nodes:
         components.write_chips(where.node(node.name), node)
     for component in components.services(where, nodes, ports, prometheus):
@@ -219,6 +235,20 @@ def _bring_up(
         extra=lambda: probes.node_problems(run_.record.api_url, nodes),
         progress=lambda line: print(f"vnpu-sandbox up: {line}", file=sys.stderr),
     )
+
+
+def _write_prometheus_config(
+    where: layout.Layout, ports: components.Ports, prometheus: str | None, rules: Path | None
+) -> None:
+    if prometheus is None:
+        return
+    config = manifests.prometheus_config(
+        f"{components.LOOPBACK}:{ports.scheduler}",
+        [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.device_plugins.items()],
+        [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.exporters.items()],
+        [str(rules)] if rules is not None else [],
+    )
+    _write_yaml(where.prometheus / "prometheus.yml", config)
 
 
 def _create(api_url: str, document: dict[str, object]) -> None:
@@ -255,7 +285,8 @@ def summary(
         f"  export KUBECONFIG={where.kubeconfig}",
         "  kubectl get nodes",
         "",
-        f"  API emulator     {record.api_url}",
+        f"  {'kube-apiserver' if record.control_plane == 'real' else 'API emulator':<16} "
+        f"{record.api_url}",
         f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
         "  (extender, webhooks, /metrics)",
     ]

@@ -1,0 +1,90 @@
+"""``vnpu-sandbox up --control-plane real``: the platform around a real Kubernetes control plane.
+
+``up`` calls ``bring_up`` instead of its emulator path. In order: certificates and
+kubeconfigs (``controlplane.prepare``), etcd, kube-apiserver, vnpu's service accounts and
+their binding, the webhook configurations (``https`` URLs of vnpu-scheduler's webhook
+listener with the sandbox CA as ``caBundle``), kube-scheduler's configuration (the chart's
+document, as the emulator path writes it, plus ``clientConnection``), the simulated chips,
+kube-controller-manager, kube-scheduler, then vnpu-scheduler and every node's kubelet, device
+plugin and exporter, each with its own identity. Ready is what it is on the emulator: every
+HTTP endpoint answers and every node is Ready with its NPUs published. Failures are
+``startup.StartError``, as on the emulator path.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from vnpu_sandbox.platform import (
+    clusterfile,
+    components,
+    controlplane,
+    layout,
+    manifests,
+    probes,
+    startup,
+)
+
+
+def _write_yaml(path: Path, document: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+
+def _progress(line: str) -> None:
+    print(f"vnpu-sandbox up: {line}", file=sys.stderr)
+
+
+def bring_up(
+    run_: startup.Startup,
+    where: layout.Layout,
+    nodes: Sequence[clusterfile.NodeSpec],
+    ports: components.Ports,
+    plane: controlplane.Plane,
+    prometheus: str | None,
+    timeout: float,
+) -> None:
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 1.0)
+
+    controlplane.prepare(plane, where, nodes)
+    run_.tls = controlplane.tls_context(plane.pki)
+    run_.start(controlplane.etcd(plane))
+    run_.wait_ready(left(), names=["etcd"])
+    run_.start(controlplane.api_server(plane))
+    run_.wait_ready(left(), names=["kube-apiserver"], progress=_progress)
+    webhooks = manifests.webhook_configurations(
+        controlplane.https(plane.ports.webhook), controlplane.ca_bundle(plane)
+    )
+    for document in [*controlplane.rbac_documents(), *webhooks]:
+        try:
+            controlplane.create(plane.api_url, run_.tls, document)
+        except controlplane.ControlPlaneError as exc:
+            raise startup.StartError("kube-apiserver", str(exc)) from exc
+    extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
+    _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
+    for node in nodes:
+        components.write_chips(where.node(node.name), node)
+    run_.start(controlplane.controller_manager(plane))
+    run_.start(controlplane.scheduler(plane, where.kube_scheduler_config))
+    for component in components.services(
+        where,
+        nodes,
+        ports,
+        prometheus,
+        credentials=controlplane.credentials(plane),
+        scheduler_flags=controlplane.scheduler_flags(plane),
+    ):
+        run_.start(component)
+    run_.wait_ready(
+        left(),
+        extra=lambda: probes.node_problems(plane.api_url, nodes, run_.tls),
+        progress=_progress,
+    )
