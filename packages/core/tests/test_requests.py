@@ -70,12 +70,6 @@ def test_rounding_keeps_same_memory_variants_in_preference_order() -> None:
             24577,
             "24576 MiB",
         ),
-        (
-            {"Ascend310P": 1, "Ascend310P_memory": "0"},
-            "huawei.com/Ascend310P-memory",
-            0,
-            "must be positive",
-        ),
         ({"Ascend310P": "1.5"}, "huawei.com/Ascend310P", "1.5", "plain integer"),
         (
             {"Ascend310P_memory": "4096"},
@@ -126,8 +120,7 @@ def test_soft_mode_keeps_raw_memory_and_cores() -> None:
     assert request.soft
     (slice_,) = request.requests
     assert (slice_.soft, slice_.memory_mib, slice_.core_percent) == (True, 4096, 30)
-    with pytest.raises(errors.RequestError, match="percentage"):
-        parse(pod(ctr(Ascend310P=1, Ascend310P_core=130), **{"huawei.com/vnpu-mode": "hami-core"}))
+    assert request.notes == ()
 
 
 def test_init_containers_run_alone_but_sidecars_count_as_regular() -> None:
@@ -263,3 +256,152 @@ def test_binary_units_and_fractions_are_refused_naming_the_value(
     assert caught.value.value == value
     assert words in str(caught.value)
     assert str(caught.value).startswith(f"container 'worker': {names[resource]}={value}: ")
+
+
+# --- read as HAMi and Volcano read it (docs/protocol.md, "Differences from HAMi and Volcano") ---
+
+SOFT = {"huawei.com/vnpu-mode": "hami-core"}
+
+
+def super_pod() -> catalog.Catalog:
+    a3 = catalog.BUILTIN.by_common_word("Ascend910C")
+    assert a3 is not None
+    return catalog.BUILTIN.replace([dataclasses.replace(a3, super_pod=True)])
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "admission", "shape", "memory", "note"),
+    [
+        # HAMi's webhook trims 0 to the first template with memory >= 0: the smallest one.
+        ({"Ascend310P": 1, "Ascend310P_memory": 0}, {}, True, "vir01", 3072, "vir01 (3072 MiB)"),
+        ({"Ascend910B3": 1, "Ascend910B3_memory": "0"}, {}, True, "vir05_1c_16g", 16384, "HAMi's webhook"),
+        # HAMi's filter and Volcano: memory 0 means 100 % of the chip, a whole chip.
+        ({"Ascend310P": 1, "Ascend310P_memory": 0}, {}, False, "1 whole chip", 21527, "no memory given"),
+        ({"Ascend910B3": 1, "Ascend910B3_memory": 0}, {}, False, "1 whole chip", 65536, "Volcano"),
+        # Several chips with memory 0: whole chips in both readings (Volcano accepts it).
+        ({"Ascend910B3": 2, "Ascend910B3_memory": 0}, {}, True, "2 whole chips", 65536, "a whole chip"),
+        ({"Ascend910B3": 2, "Ascend910B3_memory": 0}, {}, False, "2 whole chips", 65536, "a whole chip"),
+        # Soft mode: the raw quota, and 0 is the whole chip's memory (100 %) in both readings.
+        ({"Ascend310P": 1, "Ascend310P_memory": 0}, SOFT, True, "1x soft slice of 21527 MiB/0%", 21527, "the whole chip's memory"),
+        ({"Ascend310P": 1, "Ascend310P_memory": 0}, SOFT, False, "1x soft slice of 21527 MiB/0%", 21527, "the whole chip's memory"),
+    ],
+)  # fmt: skip
+def test_memory_zero_is_read_as_each_peer_component_reads_it(
+    limits: dict[str, object],
+    annotations: dict[str, str],
+    admission: bool,
+    shape: str,
+    memory: int,
+    note: str,
+) -> None:
+    request = requests.from_pod(
+        pod(ctr(**limits), **annotations), catalog.BUILTIN, admission=admission
+    )
+    (item,) = request.requests
+    assert (item.shape, item.memory_mib) == (shape, memory)
+    (said,) = request.notes
+    assert said.startswith("container 'main': huawei.com/")
+    assert "=0" in said
+    assert note in said
+
+
+def test_memory_zero_at_admission_ignores_the_memory_factor() -> None:
+    base = catalog.BUILTIN.by_common_word("Ascend310P")
+    assert base is not None
+    doubled = catalog.BUILTIN.replace([dataclasses.replace(base, memory_factor=2)])
+    p = pod(ctr(Ascend310P=1, Ascend310P_memory=0))
+    (item,) = requests.from_pod(p, doubled, admission=True).requests
+    assert (item.shape, item.memory_mib) == ("vir01", 3072)
+
+
+def test_memory_zero_without_templates_is_a_whole_chip_even_at_admission() -> None:
+    base = catalog.BUILTIN.by_common_word("Ascend310P")
+    assert base is not None
+    bare = catalog.BUILTIN.replace([dataclasses.replace(base, templates=())])
+    p = pod(ctr(Ascend310P=1, Ascend310P_memory=0))
+    (item,) = requests.from_pod(p, bare, admission=True).requests
+    assert item.whole
+
+
+@pytest.mark.parametrize(
+    ("core", "read", "noted"),
+    [(100, 100, False), (101, 100, True), (150, 100, True), ("1k", 100, True), (0, 0, False)],
+)
+def test_core_percent_above_100_is_clamped_as_hami_does(
+    core: object, read: int, noted: bool
+) -> None:
+    request = parse(pod(ctr(Ascend310P=1, Ascend310P_memory=4096, Ascend310P_core=core), **SOFT))
+    (item,) = request.requests
+    assert item.core_percent == read
+    if noted:
+        (said,) = request.notes
+        assert "huawei.com/Ascend310P-core=" in said
+        assert "read as 100" in said
+    else:
+        assert request.notes == ()
+
+
+@pytest.mark.parametrize(
+    ("use", "no_use", "allow", "deny"),
+    [
+        ("", None, None, None),
+        ("  ", None, None, None),
+        (" , ,", None, None, None),
+        (None, "", None, None),
+        (None, " \t", None, None),
+        ("u1, ,u2", "", frozenset({"u1", "u2"}), None),
+        ("", "u3", None, frozenset({"u3"})),
+    ],
+)
+def test_empty_or_blank_uuid_lists_are_no_constraint(
+    use: str | None, no_use: str | None, allow: frozenset[str] | None, deny: frozenset[str] | None
+) -> None:
+    annotations = {}
+    if use is not None:
+        annotations["hami.io/use-Ascend310P-uuid"] = use
+    if no_use is not None:
+        annotations["hami.io/no-use-Ascend310P-uuid"] = no_use
+    request = parse(pod(ctr(Ascend310P=1), **annotations))
+    assert (request.use_uuids or {}).get("Ascend310P") == allow
+    assert (request.no_use_uuids or {}).get("Ascend310P") == deny
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "count", "shape", "noted"),
+    [
+        ({"Ascend910C": 1}, {}, 2, "2 whole chips", True),
+        ({"Ascend910C": 1, "Ascend910C_memory": 65536}, {}, 2, "2 whole chips", True),
+        ({"Ascend910C": 2}, {}, 2, "2 whole chips", False),
+        ({"Ascend910C": 4}, {}, 4, "4 whole chips", False),
+        # A vNPU is carved out of one die: it is not doubled.
+        ({"Ascend910C": 1, "Ascend910C_memory": 16000}, {}, 1, "vir05_1c_16g", False),
+        # Soft slices are not paired (HAMi schedules odd split-mode requests too).
+        ({"Ascend910C": 1, "Ascend910C_memory": 8000}, SOFT, 1, "1x soft slice of 8000 MiB/0%", False),
+        ({"Ascend910C": 3, "Ascend910C_memory": 8000}, SOFT, 3, "3x soft slice of 8000 MiB/0%", False),
+    ],
+)  # fmt: skip
+def test_super_pod_single_die_requests_take_a_die_pair(
+    limits: dict[str, object], annotations: dict[str, str], count: int, shape: str, noted: bool
+) -> None:
+    for admission in (True, False):
+        request = requests.from_pod(
+            pod(ctr(**limits), **annotations), super_pod(), admission=admission
+        )
+        (item,) = request.requests
+        assert (item.count, item.shape) == (count, shape)
+        assert any("takes a die pair" in n for n in request.notes) is noted
+
+
+@pytest.mark.parametrize("count", [3, 5, "7"])
+def test_super_pod_odd_die_counts_are_refused(count: object) -> None:
+    with pytest.raises(errors.RequestError) as caught:
+        requests.from_pod(pod(ctr("worker", Ascend910C=count)), super_pod())
+    assert caught.value.resource == "huawei.com/Ascend910C"
+    assert caught.value.value == int(str(count))
+    assert "1 or an even number" in str(caught.value)
+
+
+def test_without_super_pod_910c_counts_are_kept() -> None:
+    (one,) = parse(pod(ctr(Ascend910C=1))).requests
+    (three,) = parse(pod(ctr(Ascend910C=3))).requests
+    assert (one.count, three.count) == (1, 3)

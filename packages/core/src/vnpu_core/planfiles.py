@@ -5,7 +5,7 @@ a chip count, an optional server kind, mode and replica count) into ``inventory.
 values. ``read_workload`` expands parsed Kubernetes manifests (Pods, and the pods that
 Deployments, ReplicaSets, StatefulSets and Jobs create, also inside a List) into Pod
 objects as the API would hold them and parses each one's NPU request with
-``requests.from_pod``. Both raise ``errors.InputFileError(file, path, value, problem)``
+``requests.from_pod`` as vnpu's webhook admits it (memory 0 is the smallest template). Both raise ``errors.InputFileError(file, path, value, problem)``
 at the first bad value; kinds the planner does not read become notes, not errors.
 Pure: ``vnpu_core.cli`` parses the YAML and ``vnpu_core.plan`` places the pods.
 """
@@ -327,7 +327,7 @@ def read_workload(
                 "spec": copy.deepcopy(spec),
             }
             try:
-                request = requests.from_pod(pod, models)
+                request = requests.from_pod(pod, models, admission=True)  # as admitted
             except errors.RequestError as exc:
                 raise _request_failure(read, pod_name, meta_at, spec_at, spec, exc) from exc
             if request.wants_npu:

@@ -7,6 +7,13 @@ kube-apiserver may store it) and soft-mode core percent ``-core``; and the pod a
 for soft mode, UUID allow/deny lists and policies. Memory is rounded here, once, the same
 way the webhook, the filter and the bind do it. Called by the allocator's callers: the
 scheduler, the webhook and the planner.
+
+Where HAMi or Volcano read a request in a way of their own, it is read as they read it
+and ``PodRequest.notes`` says so (the webhook returns the notes as admission warnings,
+the scheduler records them as an event): a core percentage above 100 is 100; a 910C
+request for one die in a super pod (``superPod: true``) takes a die pair; memory 0 is the
+smallest template at admission (HAMi's webhook) and no memory at all elsewhere (HAMi's
+scheduler and Volcano: a whole chip); an empty ``use``/``no-use`` UUID list is no list.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 from vnpu_core import catalog, errors, protocol, quantities
 
 _MAX_QUANTITY = 2**31 - 1
+MAX_CORE_PERCENT = 100
 
 
 class Policy(StrEnum):
@@ -74,6 +82,7 @@ class PodRequest:
     no_use_uuids: Mapping[str, frozenset[str]] | None = None
     chip_policy: Policy | None = None
     node_policy: Policy | None = None
+    notes: tuple[str, ...] = ()  # how the request was read where a peer's rule applied
 
     @property
     def wants_npu(self) -> bool:
@@ -124,8 +133,9 @@ def _uuid_lists(
     lists: dict[str, frozenset[str]] = {}
     for word in models:
         raw = annotations.get(key_for(word))
-        if raw is not None:
-            lists[word] = frozenset(u.strip() for u in raw.split(",") if u.strip())
+        names = frozenset(u.strip() for u in (raw or "").split(",") if u.strip())
+        if names:  # an empty or blank list names no chip: no constraint
+            lists[word] = names
     return lists
 
 
@@ -145,6 +155,27 @@ def _policy(annotations: Mapping[str, str], key: str) -> Policy | None:
     return None
 
 
+def super_pod_count(model: catalog.ChipModel, container: str, count: int) -> tuple[int, str]:
+    """Whole dies of a super-pod model: 1 becomes a die pair, odd counts above 1 are refused.
+
+    Returns the count to place and a note ("" when nothing changed). Models without
+    ``superPod`` keep their count. HAMi's webhook rounds 1 up to 2 the same way.
+    """
+    if not model.super_pod or count % 2 == 0:
+        return count, ""
+    if count == 1:
+        return 2, (
+            f"container {container!r}: {model.resource_name}=1 takes a die pair in a super pod "
+            "(superPod: true); read as 2, as HAMi does"
+        )
+    raise errors.RequestError(
+        container,
+        model.resource_name,
+        count,
+        "must be 1 or an even number: a super pod (superPod: true) gives whole dies in pairs",
+    )
+
+
 def round_container(
     model: catalog.ChipModel,
     container: str,
@@ -153,15 +184,35 @@ def round_container(
     memory: int | None,
     core: int,
     soft: bool,
-) -> ContainerRequest:
-    """Round one container's request to whole chips, a template, or a soft slice."""
+    *,
+    admission: bool = False,
+) -> tuple[ContainerRequest, tuple[str, ...]]:
+    """Round one container's request to whole chips, a template, or a soft slice.
+
+    Returns the request and notes on where a peer's reading was applied. ``admission``
+    reads memory 0 as HAMi's webhook does (the smallest template); otherwise memory 0 is
+    no memory given, as HAMi's scheduler and Volcano read it (a whole chip).
+    """
     memory_name = model.memory_resource
-    if memory is not None:
-        memory *= model.memory_factor
-        if memory == 0:
-            raise errors.RequestError(
-                container, memory_name, 0, "must be positive (leave it out for a whole chip)"
+    notes: list[str] = []
+    factor = model.memory_factor
+    if memory == 0:
+        smallest = model.templates[0] if model.templates else None
+        if admission and not soft and count == 1 and smallest is not None:
+            notes.append(
+                f"container {container!r}: {memory_name}=0 rounds to the smallest template "
+                f"{smallest.name} ({smallest.memory_mib} MiB), as HAMi's webhook does"
             )
+            memory, factor = smallest.memory_mib, 1  # already what the chip gives
+        else:
+            what = "the whole chip's memory" if soft else "a whole chip"
+            notes.append(
+                f"container {container!r}: {memory_name}=0 is read as no memory given: "
+                f"{what}, as HAMi's scheduler and Volcano do"
+            )
+            memory = None
+    if memory is not None:
+        memory *= factor
         if memory > model.memory_capacity_mib:
             size = model.memory_capacity_mib
             raise errors.RequestError(
@@ -171,16 +222,20 @@ def round_container(
                 f"is larger than one {model.common_word} chip ({size} MiB)",
             )
     if soft:
-        if core > 100:
-            raise errors.RequestError(
-                container, model.core_resource, core, "is a percentage: 0 to 100"
+        if core > MAX_CORE_PERCENT:
+            notes.append(
+                f"container {container!r}: {model.core_resource}={core} is above "
+                f"{MAX_CORE_PERCENT}%; read as {MAX_CORE_PERCENT} (all of the chip's cores), "
+                "as HAMi does"
             )
+            core = MAX_CORE_PERCENT
         quota = (
             model.memory_allocatable_mib
             if memory is None
             else min(memory, model.memory_allocatable_mib)
         )
-        return ContainerRequest(container, init, model, count, quota, core, soft=True)
+        request = ContainerRequest(container, init, model, count, quota, core, soft=True)
+        return request, tuple(notes)
     if core:
         raise errors.RequestError(
             container,
@@ -190,25 +245,34 @@ def round_container(
         )
     fitting = [t for t in model.templates if memory is not None and t.memory_mib >= memory]
     if memory is None or not fitting:
-        return ContainerRequest(
+        count, note = super_pod_count(model, container, count)
+        notes.extend([note] if note else [])
+        whole = ContainerRequest(
             container, init, model, count, model.memory_allocatable_mib, whole=True
         )
+        return whole, tuple(notes)
     if count > 1:
-        whole = model.memory_allocatable_mib
+        whole_mib = model.memory_allocatable_mib
         raise errors.RequestError(
             container,
             memory_name,
             memory,
             f"vNPU templates are single-chip: a request for {count} chips takes whole chips "
-            f"(leave the memory out or set it to {whole})",
+            f"(leave the memory out or set it to {whole_mib})",
         )
-    smallest = fitting[0].memory_mib
-    candidates = tuple(t for t in fitting if t.memory_mib == smallest)
-    return ContainerRequest(container, init, model, 1, smallest, templates=candidates)
+    smallest_mib = fitting[0].memory_mib
+    candidates = tuple(t for t in fitting if t.memory_mib == smallest_mib)
+    vnpu = ContainerRequest(container, init, model, 1, smallest_mib, templates=candidates)
+    return vnpu, tuple(notes)
 
 
 def _container_requests(
-    spec: Mapping[str, Any], init: bool, models: catalog.Catalog, soft: bool
+    spec: Mapping[str, Any],
+    init: bool,
+    models: catalog.Catalog,
+    soft: bool,
+    admission: bool,
+    notes: list[str],
 ) -> list[ContainerRequest]:
     name = str(spec.get("name", ""))
     found: list[ContainerRequest] = []
@@ -231,7 +295,11 @@ def _container_requests(
             None if raw_memory is None else parse_quantity(name, model.memory_resource, raw_memory)
         )
         core = 0 if raw_core is None else parse_quantity(name, model.core_resource, raw_core)
-        found.append(round_container(model, name, init, count, memory, core, soft))
+        request, said = round_container(
+            model, name, init, count, memory, core, soft, admission=admission
+        )
+        found.append(request)
+        notes.extend(said)
     return found
 
 
@@ -239,8 +307,14 @@ def _is_sidecar(spec: Mapping[str, Any]) -> bool:
     return spec.get("restartPolicy") == "Always"
 
 
-def from_pod(pod: Mapping[str, Any], models: catalog.Catalog) -> PodRequest:
-    """Parse a pod dict. Raises RequestError naming the container, resource and value."""
+def from_pod(
+    pod: Mapping[str, Any], models: catalog.Catalog, *, admission: bool = False
+) -> PodRequest:
+    """Parse a pod dict. Raises RequestError naming the container, resource and value.
+
+    ``admission`` is for the webhook (and the planner, which plans pods as admitted): it
+    reads memory 0 as HAMi's webhook does, the smallest template.
+    """
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations: Mapping[str, str] = metadata.get("annotations") or {}
@@ -252,12 +326,13 @@ def from_pod(pod: Mapping[str, Any], models: catalog.Catalog) -> PodRequest:
     soft = mode == protocol.SOFT_MODE_VALUE
     containers: list[tuple[str, bool]] = []
     requests: list[ContainerRequest] = []
+    notes: list[str] = []
     for init, key in ((True, "initContainers"), (False, "containers")):
         for item in spec.get(key) or []:
             containers.append((str(item.get("name", "")), init))
             # A sidecar (restartable init container) runs beside the app: count it as regular.
             runs_alone = init and not _is_sidecar(item)
-            requests.extend(_container_requests(item, runs_alone, models, soft))
+            requests.extend(_container_requests(item, runs_alone, models, soft, admission, notes))
     words = list(dict.fromkeys(r.model.common_word for r in requests))
     return PodRequest(
         namespace=str(metadata.get("namespace", "default")),
@@ -269,4 +344,5 @@ def from_pod(pod: Mapping[str, Any], models: catalog.Catalog) -> PodRequest:
         no_use_uuids=_uuid_lists(annotations, protocol.no_use_uuid_key, words),
         chip_policy=_policy(annotations, protocol.DEVICE_POLICY_KEY),
         node_policy=_policy(annotations, protocol.NODE_POLICY_KEY),
+        notes=tuple(notes),
     )
