@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin clean
 
 all: test
 
@@ -78,6 +78,12 @@ $(CHART_STAMP): $(BIN)/uv requirements-chart.txt
 # a helm binary: `make chart [VALUES="a.yaml b.yaml"] [OUT=vnpu.yaml]` (stdout without OUT).
 chart: $(CHART_STAMP)
 	@$(BIN)/python scripts/render_chart.py $(foreach v,$(VALUES),--values $(v)) $(if $(OUT),--output $(OUT))
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, pinned, built with
+# `go` into ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/k8s/<version>/ (once per machine); with them
+# `make test` also runs tests/e2e_real (docs/real-control-plane.md).
+k8s-bin:
+	bash scripts/k8s-bin.sh
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:

@@ -128,6 +128,32 @@ def test_node_is_registered_with_labels_capacity_and_ready(
     assert ready.reason == "KubeletReady"
 
 
+def test_each_status_publish_renews_the_node_lease(
+    make_kubelet: Callable[..., kubelet.Kubelet], api_url: str, node_name: str
+) -> None:
+    node = make_kubelet()
+    api = apiclient.client_for_host(api_url)
+    try:
+        leases = client.CoordinationV1Api(api)
+        first = leases.read_namespaced_lease(node_name, "kube-node-lease")
+        assert first.spec is not None
+        assert first.metadata is not None
+        assert first.spec.holder_identity == node_name
+        assert first.spec.lease_duration_seconds == 40
+        owner = (first.metadata.owner_references or [None])[0]
+        assert owner is not None
+        assert (owner.kind, owner.name) == ("Node", node_name)
+        time.sleep(0.01)
+        node.publish_node_status()
+        second = leases.read_namespaced_lease(node_name, "kube-node-lease")
+        assert second.spec is not None
+        assert second.metadata is not None
+        assert second.spec.renew_time > first.spec.renew_time
+        assert second.metadata.resource_version != first.metadata.resource_version
+    finally:
+        apiclient.close_client(api)
+
+
 def test_plugin_devices_and_health_changes_reach_the_node_status(
     make_kubelet: Callable[..., kubelet.Kubelet],
     make_plugin: Callable[..., Any],

@@ -139,6 +139,7 @@ class KubeApi:
     def __init__(self, api_client: client.ApiClient, request_timeout: float = 10.0) -> None:
         self.api_client = api_client
         self._core = client.CoreV1Api(api_client)
+        self._leases = client.CoordinationV1Api(api_client)
         self._timeout = request_timeout
 
     def get_node(self, name: str) -> Json | None:
@@ -251,6 +252,48 @@ class KubeApi:
                     body=options,
                     _preload_content=False,
                     _request_timeout=self._timeout,
+                )
+            ),
+        )
+
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        try:
+            return _call(
+                "get",
+                f"lease {namespace}/{name}",
+                lambda: _json(
+                    self._leases.read_namespaced_lease(
+                        name, namespace, _preload_content=False, _request_timeout=self._timeout
+                    )
+                ),
+            )
+        except errors.ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def put_lease(self, namespace: str, lease: Json, *, create: bool) -> Json:
+        """Create the Lease, or replace it (``metadata.resourceVersion`` guards the update)."""
+        name = str(lease["metadata"]["name"])
+        body = client.V1Lease.from_dict(lease)
+        if body is None:
+            raise errors.ApiError("create", f"lease {namespace}/{name}", 0, "empty lease body")
+        if create:
+            return _call(
+                "create",
+                f"lease {namespace}/{name}",
+                lambda: _json(
+                    self._leases.create_namespaced_lease(
+                        namespace, body, _preload_content=False, _request_timeout=self._timeout
+                    )
+                ),
+            )
+        return _call(
+            "update",
+            f"lease {namespace}/{name}",
+            lambda: _json(
+                self._leases.replace_namespaced_lease(
+                    name, namespace, body, _preload_content=False, _request_timeout=self._timeout
                 )
             ),
         )

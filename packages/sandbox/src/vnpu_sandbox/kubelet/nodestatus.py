@@ -6,7 +6,8 @@ add the kubelet's labels if it exists) and then runs the publisher: it patches
 reports a change (:meth:`~NodeStatusPublisher.poke`) and otherwise every heartbeat. Changes are
 coalesced: a burst of device updates costs one patch carrying the latest counts. Device plugin
 resources appear as ``capacity`` = all listed devices and ``allocatable`` = healthy devices;
-a resource dropped after its plugin's grace period stays at 0, as on a real node.
+a resource dropped after its plugin's grace period stays at 0, as on a real node. Each
+publish also renews the node's Lease in ``kube-node-lease`` (``lease``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_sandbox.kubelet import apiclient, errors, podstatus, resourcename
+from vnpu_sandbox.kubelet import apiclient, errors, lease, podstatus, resourcename
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class NodeStatusPublisher:
         self.published = 0
         """How many status patches went through (tests and logs read it)."""
         self._stale: set[str] = set()
+        self.lease = lease.NodeLease(api, node.name)
 
     def register(self, reset_extended: bool = False) -> None:
         """Create the Node, or make sure an existing one carries the kubelet's labels; then publish.
@@ -177,8 +179,9 @@ class NodeStatusPublisher:
         for name in self._stale - devices.keys():
             devices[name] = (0, 0)
         body = status(self._node, devices, self._started, now)
-        self._api.patch_node(self._node.name, {"status": body}, status=True)
+        patched = self._api.patch_node(self._node.name, {"status": body}, status=True)
         self.published += 1
+        self.lease.try_renew((patched.get("metadata") or {}).get("uid"))
 
     def poke(self) -> None:
         """Ask for a publish soon (coalesced with other pokes)."""

@@ -1,0 +1,180 @@
+"""vnpu under the real kube-apiserver, kube-controller-manager and kube-scheduler.
+
+Where both exist, the real one is the judge: kubectl validates against the server's OpenAPI
+schema, the Deployment controller makes the pods, kube-scheduler calls vnpu-scheduler as its
+extender (filter, prioritize, bind) with the chart's configuration, kube-apiserver calls the
+webhooks over TLS and charges the ResourceQuota after they have rounded the request, and the
+Node authorizer and NodeRestriction judge every write of the simulated kubelets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnpu_sandbox.platform import kubectl
+
+pytestmark = [pytest.mark.real_control_plane, pytest.mark.e2e, pytest.mark.timeout(300)]
+
+MEMORY = "huawei.com/Ascend310P-memory"
+DEPLOYMENT = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: docs}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ocr, namespace: docs}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: ocr}}
+  template:
+    metadata: {labels: {app: ocr}}
+    spec:
+      containers:
+        - name: ocr
+          image: registry.invalid/ocr:1
+          resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 2000}}
+"""
+
+
+def _phases(cluster: Any, namespace: str, label: str) -> dict[str, str]:
+    pods = cluster.ctl.items(["get", "pods", "-n", namespace, "-l", label])
+    return {p["metadata"]["name"]: p.get("status", {}).get("phase", "") for p in pods}
+
+
+def _running(cluster: Any, namespace: str, label: str, count: int) -> dict[str, str] | None:
+    phases = _phases(cluster, namespace, label)
+    if len(phases) == count and set(phases.values()) == {"Running"}:
+        return phases
+    return None
+
+
+def test_a_deployment_is_validated_scheduled_through_the_extender_and_scaled(cluster: Any) -> None:
+    # Validation is on: the server's schema refuses an unknown field before anything is made.
+    typo = DEPLOYMENT.replace("replicas: 2", "replica: 2")
+    with pytest.raises(kubectl.KubectlError, match=r"unknown field \"spec.replica\""):
+        cluster.ctl.run(["apply", "-f", str(cluster.write(typo))])
+    cluster.ctl.run(["apply", "-f", str(cluster.write(DEPLOYMENT))])
+    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 2), "2 ocr pods Running", 90)
+
+    for pod in cluster.pods("docs").values():
+        spec = pod["spec"]
+        # The mutating webhook routed the pod and rounded 2000 MiB to the vir01 template.
+        assert spec["schedulerName"] == "vnpu-scheduler"
+        assert spec["containers"][0]["resources"]["limits"][MEMORY] == "3072"
+        assert spec["nodeName"] == "duo"
+        # vnpu-scheduler bound it (the extender's bind verb) and recorded its decision.
+        assert "hami.io/vnpu-devices-allocated" in pod["metadata"]["annotations"] or any(
+            key.startswith("hami.io/") for key in pod["metadata"]["annotations"]
+        )
+
+    # kube-controller-manager scales through the ReplicaSet, up and then down.
+    cluster.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=5"])
+    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 5), "5 ocr pods Running", 90)
+    cluster.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=1"])
+    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 1), "1 ocr pod left", 90)
+    deployment = cluster.ctl.json(["get", "deployment", "-n", "docs", "ocr"])
+    assert deployment["status"]["availableReplicas"] == 1
+
+    # Deleting the Deployment leaves its ReplicaSet and pods to the garbage collector.
+    cluster.ctl.run(["delete", "deployment", "-n", "docs", "ocr"])
+    cluster.wait_for(lambda: not _phases(cluster, "docs", "app=ocr"), "the pods collected", 90)
+
+
+def test_the_webhook_over_tls_refuses_what_no_chip_can_serve(cluster: Any) -> None:
+    pod = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: huge, namespace: default}
+spec:
+  containers:
+    - name: c
+      image: registry.invalid/x:1
+      resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 999999}}
+"""
+    with pytest.raises(kubectl.KubectlError) as refused:
+        cluster.ctl.run(["create", "-f", str(cluster.write(pod))])
+    assert 'admission webhook "mutate.vnpu.io" denied the request' in str(refused.value)
+    assert MEMORY in str(refused.value)
+
+
+def test_kube_scheduler_reports_the_extenders_reasons(cluster: Any) -> None:
+    pod = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: sixteen, namespace: default}
+spec:
+  containers:
+    - {name: c, image: registry.invalid/x:1, resources: {limits: {huawei.com/Ascend910B3: 16}}}
+"""
+    cluster.ctl.run(["create", "-f", str(cluster.write(pod))])
+
+    def refusal() -> dict[str, Any] | None:
+        events = cluster.ctl.items(
+            ["get", "events", "-n", "default", "--field-selector", "involvedObject.name=sixteen"]
+        )
+        found = [e for e in events if e.get("reason") == "FailedScheduling"]
+        return found[-1] if found else None
+
+    event = cluster.wait_for(refusal, "kube-scheduler's FailedScheduling event", 60)
+    assert event["message"].startswith("0/3 nodes are available: "), event
+    assert "Ascend910B3" in event["message"], event
+    assert event.get("reportingComponent") == "vnpu-scheduler", event
+    assert cluster.pods("default")["sixteen"]["status"]["phase"] == "Pending"
+    cluster.ctl.run(["delete", "pod", "-n", "default", "sixteen", "--wait=false"])
+
+
+def test_resource_quota_charges_the_rounded_memory(cluster: Any) -> None:
+    quota = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: quota}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: npu, namespace: quota}
+spec:
+  hard: {requests.huawei.com/Ascend310P-memory: "6144"}
+"""
+    cluster.ctl.run(["apply", "-f", str(cluster.write(quota))])
+
+    def pod(name: str, memory: int) -> str:
+        return f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: quota}}
+spec:
+  containers:
+    - name: c
+      image: registry.invalid/x:1
+      resources: {{limits: {{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: {memory}}}}}
+"""
+
+    def used() -> str:
+        status = cluster.ctl.json(["get", "resourcequota", "-n", "quota", "npu"]).get("status", {})
+        return str(status.get("used", {}).get(f"requests.{MEMORY}", ""))
+
+    # The quota controller fills in status before the admission plugin charges anything.
+    cluster.wait_for(lambda: used() == "0", "the quota's status", 30)
+    cluster.ctl.run(["create", "-f", str(cluster.write(pod("a", 2000)))])
+    cluster.ctl.run(["create", "-f", str(cluster.write(pod("b", 2000)))])
+    assert used() == "6144"  # 2 x 3072 (vir01), not 2 x 2000
+    # 1000 MiB more would fit in 6144 unrounded (5000); rounded to 3072 it does not.
+    with pytest.raises(kubectl.KubectlError, match="exceeded quota: npu"):
+        cluster.ctl.run(["create", "-f", str(cluster.write(pod("c", 1000)))])
+    cluster.ctl.run(["delete", "namespace", "quota", "--wait=false"])
+
+
+def test_each_kubelet_may_change_only_its_own_node(cluster: Any) -> None:
+    duo = cluster.as_identity("node-duo")
+    # The node's own object it may read and change; another node's it may not.
+    duo.run(["annotate", "node", "duo", "vnpu.io/checked=yes", "--overwrite"])
+    with pytest.raises(kubectl.KubectlError, match=r"[Ff]orbidden"):
+        duo.run(["annotate", "node", "a2", "vnpu.io/checked=yes", "--overwrite"])
+    # Nor may it read what is not bound to it, such as a Secret.
+    with pytest.raises(kubectl.KubectlError, match=r"[Ff]orbidden"):
+        duo.run(["get", "secrets", "-n", "kube-system"])
+    leases = cluster.ctl.items(["get", "leases", "-n", "kube-node-lease"])
+    assert {lease["metadata"]["name"] for lease in leases} >= {"duo", "a2", "soft"}
