@@ -1,8 +1,9 @@
+import dataclasses
 from typing import Any
 
 import pytest
 
-from vnpu_core import allocator, binding, catalog, inventory, ledger, requests
+from vnpu_core import allocator, binding, catalog, inventory, ledger, requests, topology
 from vnpu_core.budgets import Reason
 from vnpu_core.requests import Policy
 from vnpu_core.topology import ServerKind
@@ -328,3 +329,75 @@ def test_whole_chip_requests_need_idle_chips(word: str) -> None:
     refused = rejection(cluster.place(pod_dict(word, count=2, name="big")))
     assert refused.reason is Reason.NO_FREE_CHIP
     assert refused.message == f"{word}: no 2 free whole chips (asked 2, 1 of 2 chips are free)"
+
+
+def numbered(word: str, numbers: list[int], networks: list[int] | None = None) -> inventory.Node:
+    """A node whose chips carry registered numbers (and NetworkIDs), as ``nodes`` reads them."""
+    m = model(word)
+    chips = tuple(
+        inventory.Chip(
+            i,
+            f"{word}-{n}",
+            m,
+            number=n,
+            network_id=None if networks is None else networks[i],
+        )
+        for i, n in enumerate(numbers)
+    )
+    layout = topology.build(topology.default_kind(m, numbers), numbers)
+    return inventory.Node("n1", chips, layout)
+
+
+def test_a3_pairs_follow_registered_dies_when_some_are_not_listed() -> None:
+    cluster = Cluster(numbered("Ascend910C", [0, 1, 2, 4, 6]))
+    pair = cluster.place(pod_dict("Ascend910C", 2, name="pair"))
+    assert grants(pair) == [(0, None), (1, None)]  # dies 0 and 1: module 0
+    # Dies 2, 4 and 6 are free but no two of them share a module.
+    refused = rejection(cluster.place(pod_dict("Ascend910C", 2, name="pair2")))
+    assert refused.reason is Reason.TOPOLOGY
+    assert "whole die pairs (0 pairs free)" in refused.message
+    single = cluster.place(pod_dict("Ascend910C", 1, name="one"))
+    assert grants(single) == [(2, None)]
+
+
+def test_messages_name_chips_by_their_registered_number() -> None:
+    cluster = Cluster(numbered("Ascend310P", [3]))
+    cluster.place(pod_dict("Ascend310P", 1, name="whole"))
+    refused = rejection(cluster.place(pod_dict("Ascend310P", 1, 3000, name="slice")))
+    assert "best chip 3 is held whole" in refused.message
+
+
+def test_multi_chip_sets_stay_inside_one_network_id_like_hami() -> None:
+    hami_networks = [0, 0, 0, 0, 1, 1, 1, 1]  # what HAMi's plugin registers on 8-chip 910 nodes
+    cluster = Cluster(numbered("Ascend910B3", list(range(8)), hami_networks))
+    cluster.place(pod_dict("Ascend910B3", 1, name="one"))  # chip 0, NetworkID 0
+    four = cluster.place(pod_dict("Ascend910B3", 4, name="four"))
+    assert [chip for chip, _ in grants(four)] == [4, 5, 6, 7]  # not 1-4 across both
+    two = cluster.place(pod_dict("Ascend910B3", 2, name="two"))
+    assert [chip for chip, _ in grants(two)] == [1, 2]
+    # Without NetworkIDs the mesh takes any free chips.
+    plain = Cluster(numbered("Ascend910B3", list(range(8))))
+    plain.place(pod_dict("Ascend910B3", 1, name="one"))
+    assert [chip for chip, _ in grants(plain.place(pod_dict("Ascend910B3", 4)))] == [1, 2, 3, 4]
+
+
+def test_a_request_no_network_id_holds_spans_them_as_hami_does() -> None:
+    cluster = Cluster(numbered("Ascend910B3", list(range(8)), [0, 0, 0, 0, 1, 1, 1, 1]))
+    six = cluster.place(pod_dict("Ascend910B3", 6, name="six"))
+    assert [chip for chip, _ in grants(six)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_super_pod_dies_are_placed_in_pairs() -> None:
+    a3 = dataclasses.replace(model("Ascend910C"), super_pod=True)
+    models = catalog.BUILTIN.replace([a3])
+    chips = tuple(inventory.Chip(i, f"die-{i}", a3) for i in range(4))
+    n = inventory.Node("n1", chips, topology.build(ServerKind.A3_PAIRS, 4))
+    request = requests.from_pod(pod_dict("Ascend910C", 1), models)
+    outcome = allocator.fit(n, {}, request)
+    assert grants(outcome) == [(0, None), (1, None)]
+    # A one-die whole request that did not come through the parser is refused, not half placed.
+    (item,) = request.requests
+    odd = dataclasses.replace(request, requests=(dataclasses.replace(item, count=1),))
+    refused = rejection(allocator.fit(n, {}, odd))
+    assert refused.reason is Reason.COUNT_NOT_ALLOWED
+    assert "super pod" in refused.message

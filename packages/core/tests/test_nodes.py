@@ -155,3 +155,93 @@ def test_a_model_whose_register_lists_no_chip_of_its_type_is_reported_on_a_mixed
     assert result.node is not None
     assert [c.model.common_word for c in result.node.chips] == ["Ascend910B3", "Ascend910B3"]
     assert "hami.io/node-register-Ascend910C lists no Ascend910C chip" in result.warnings
+
+
+def listed(word: str, indices: list[int], networks: list[int | None] | None = None) -> str:
+    """A HAMi-style register of chips with the given ``index`` values (and NetworkIDs)."""
+    items = [
+        protocol.RegisteredChip(
+            id=f"D-{n}-{position}",
+            index=n,
+            count=4,
+            devmem=65536,
+            devcore=20,
+            type=word,
+            health=True,
+            network_id=None if networks is None else networks[position],
+        )
+        for position, n in enumerate(indices)
+    ]
+    return protocol.encode_node_register(items)
+
+
+def test_a3_dies_are_paired_by_their_registered_index_not_their_place_in_the_list() -> None:
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910C": listed("Ascend910C", [0, 1, 2, 4, 6])},
+        allocatable={"huawei.com/Ascend910C": "20"},
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert [c.number for c in result.node.chips] == [0, 1, 2, 4, 6]
+    assert [c.index for c in result.node.chips] == [0, 1, 2, 3, 4]
+    assert result.node.topology.kind is ServerKind.A3_PAIRS
+    assert result.node.topology.groups == ((0, 1), (2,), (3,), (4,))  # module = index // 2
+    assert result.warnings == ()
+
+
+def test_a_register_listed_out_of_order_keeps_each_chip_with_its_index() -> None:
+    obj = node_obj({"hami.io/node-register-Ascend910A": listed("Ascend910A", [4, 5, 6, 7, 0, 1, 2, 3])},
+                   allocatable={"huawei.com/Ascend910A": "8"})  # fmt: skip
+    result = read(obj)
+    assert result.node is not None
+    assert result.node.topology.kind is ServerKind.RING_910A_8
+    assert result.node.topology.groups == ((4, 5, 6, 7), (0, 1, 2, 3))
+
+
+def test_a_910a_server_with_one_chip_left_out_keeps_its_rings() -> None:
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910A": listed("Ascend910A", [0, 1, 2, 4, 5, 6, 7])},
+        allocatable={"huawei.com/Ascend910A": "8"},
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert result.node.topology.kind is ServerKind.RING_910A_8
+    assert result.node.topology.groups == ((0, 1, 2), (3, 4, 5, 6))
+
+
+@pytest.mark.parametrize(
+    ("indices", "warned"),
+    [([0, 0, 0, 0], False), ([0, 1, 1, 3], True)],
+)
+def test_repeated_indices_fall_back_to_list_order(indices: list[int], warned: bool) -> None:
+    obj = node_obj(
+        {"hami.io/node-register-Ascend910C": listed("Ascend910C", indices)},
+        allocatable={"huawei.com/Ascend910C": "16"},
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert [c.number for c in result.node.chips] == [0, 1, 2, 3]
+    assert any("both have index 1" in w for w in result.warnings) is warned
+
+
+@pytest.mark.parametrize(
+    ("word", "networks", "expected"),
+    [
+        ("Ascend910B3", [0, 0, 1, 1], {0: 0, 1: 0, 2: 1, 3: 1}),
+        ("Ascend910B3", [0, None, 1, 1], None),  # HAMi groups only when every chip has one
+        ("Ascend910B3", None, None),
+        ("Ascend310P", [0, 0, 1, 1], None),  # only the 910 series is grouped
+    ],
+)
+def test_network_ids_are_read_when_every_910_chip_registers_one(
+    word: str, networks: list[int | None] | None, expected: dict[int, int] | None
+) -> None:
+    model = catalog.BUILTIN.by_common_word(word)
+    assert model is not None
+    obj = node_obj(
+        {protocol.node_register_key(word): listed(word, [0, 1, 2, 3], networks)},
+        allocatable={model.resource_name: "16"},
+    )
+    result = read(obj)
+    assert result.node is not None
+    assert result.node.network_ids(word) == expected

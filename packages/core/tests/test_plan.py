@@ -1,14 +1,16 @@
 """The planner over parsed documents: reading both files, placement, rejections, whole chips."""
 
+import dataclasses
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vnpu_core import allocator, catalog, errors, plan, planfiles
+from vnpu_core import allocator, catalog, errors, inventory, plan, planfiles, topology
 from vnpu_core.budgets import Reason
 from vnpu_core.requests import Policy
+from vnpu_core.topology import ServerKind
 
 MODELS = catalog.BUILTIN
 
@@ -590,3 +592,41 @@ def test_identical_empty_nodes_are_answered_alike_and_uuid_lists_still_count() -
     )
     made = run(nodes, [pinned, pod("free", memory=3000)])
     assert where(made) == [("pinned", "duo-3", (1,)), ("free", "duo-3", (1,))]
+
+
+# --- peers' readings in the plan ----------------------------------------------------------
+
+
+def test_memory_zero_is_planned_as_the_webhook_admits_it() -> None:
+    made = run([node("a", chips=1)], [pod("p", memory=0)])
+    (placed,) = made.placements
+    (grant,) = placed.assignment.containers[0].grants
+    assert grant.template == "vir01"
+
+
+def test_super_pod_vnpu_pods_take_a_die_pair_when_nothing_is_shared() -> None:
+    a3 = MODELS.by_common_word("Ascend910C")
+    assert a3 is not None
+    models = MODELS.replace([dataclasses.replace(a3, super_pod=True)])
+    cluster = planfiles.read_cluster({"nodes": [node("a", "910C", 4)]}, "c.yaml", models)
+    documents = [pod("v", "Ascend910C", 1, 16000), pod("w", "Ascend910C", 1)]
+    workload = planfiles.read_workload(documents, "w.yaml", models)
+    made = plan.place(cluster, workload, models, Policy.DEFAULT)
+    assert [len(p.assignment.containers[0].grants) for p in made.placements] == [1, 2]
+    # Without sharing each pod takes a whole die pair: 4 dies on the one node.
+    assert (made.summary.whole_chip_chips, made.summary.whole_chip_extra_nodes) == (4, 0)
+
+
+def test_whole_chip_copies_keep_registered_numbers_and_network_ids() -> None:
+    a3 = MODELS.by_common_word("Ascend910C")
+    assert a3 is not None
+    numbers = [0, 1, 2, 4, 6]  # one complete module: dies 0 and 1
+    chips = tuple(inventory.Chip(i, f"d{n}", a3, number=n) for i, n in enumerate(numbers))
+    a = inventory.Node("a", chips, topology.build(ServerKind.A3_PAIRS, numbers))
+    workload = planfiles.read_workload(
+        [pod("p1", "Ascend910C", 2), pod("p2", "Ascend910C", 2)], "w.yaml", MODELS
+    )
+    pods = list(workload.pods)
+    # The first pair fits the node; the second needs a fresh copy of it, which again has
+    # only dies 0 and 1 as a module (position-numbered copies would pair dies 2 and 4).
+    assert plan.whole_chip_need([a], pods, MODELS, Policy.DEFAULT) == (4, 2, 2, 1)

@@ -149,7 +149,7 @@ def _place(
     eligible = gate
     if request.whole:
         free = [c.index for c in eligible if working[c.index].idle]
-        chosen = node.topology.choose(free, request.count)
+        chosen = node.topology.choose(free, request.count, node.network_ids(word))
         if chosen is None:
             return _whole_rejection(node, request, free, len(eligible))
         by_index = {c.index: c for c in eligible}
@@ -205,6 +205,13 @@ def _gate(
             node.name,
             Reason.MODE_MISMATCH,
             f"{word}: node shares chips in soft mode (hami-core); hard vNPU {request.shape} is not created there",
+        )
+    if request.model.super_pod and request.whole and request.count % 2:
+        return Rejection(
+            node.name,
+            Reason.COUNT_NOT_ALLOWED,
+            f"{word}: {request.count} dies is not an allowed count in a super pod "
+            "(whole dies go in pairs: 2, 4, 6, ...)",
         )
     if request.count > 1 and not node.topology.allowed(request.count):
         return Rejection(
@@ -306,7 +313,7 @@ def _place_soft(
         chosen: tuple[int, ...] = (chosen_chip.index,)
     else:
         free = [c.index for c in fitting]
-        picked = node.topology.choose(free, request.count)
+        picked = node.topology.choose(free, request.count, node.network_ids(word))
         if picked is None:
             why = node.topology.short_reason(free, request.count)
             return Rejection(node.name, Reason.TOPOLOGY, f"{word}: {why}")

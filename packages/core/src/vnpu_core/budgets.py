@@ -87,7 +87,7 @@ def _template_message(
     word: str, chip: inventory.Chip, used: ChipUsage, template: catalog.Template, reason: Reason
 ) -> str:
     model = chip.model
-    i = chip.index
+    i = chip.number  # the chip as its device plugin numbered it
     name = template.name
     if reason is Reason.CHIP_IN_USE:
         how = "whole" if used.exclusive else "in soft mode"
@@ -190,7 +190,7 @@ def explain_soft(
         assert reason is not None
         ranked.append((-order.index(reason), chip.index, chip, used, reason))
     _, _, chip, used, reason = min(ranked, key=lambda r: r[:2])
-    i = chip.index
+    i = chip.number  # the chip as its device plugin numbered it
     if reason is Reason.CHIP_IN_USE:
         held = "whole" if used.exclusive else ("by hard vNPUs" if used.vnpus else "in part")
         return (

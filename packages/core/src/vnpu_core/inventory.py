@@ -14,11 +14,17 @@ from dataclasses import dataclass, field
 from vnpu_core import catalog, topology
 
 ZERO_MEDIA = (0, 0, 0, 0, 0, 0)
+NETWORK_PREFIX = "Ascend910"  # common words whose chips HAMi groups by custominfo.NetworkID
 
 
 @dataclass(frozen=True, slots=True)
 class Chip:
-    """One physical chip (or A3 die) of a node, as its device plugin registered it."""
+    """One physical chip (or A3 die) of a node, as its device plugin registered it.
+
+    ``index`` is the chip's position on the node (0..n-1 over every model's register list),
+    the key allocations use; ``number`` is the ``index`` its device plugin registered,
+    which the server topology is built from (-1: same as the position).
+    """
 
     index: int
     uuid: str
@@ -26,6 +32,8 @@ class Chip:
     healthy: bool = True
     slots: int = 0  # vNPU slots registered (HAMi `count`); 0 means the model's split count
     memory_mib: int = 0  # registered memory (HAMi `devmem`); 0 means the model's allocatable
+    number: int = -1  # registered index (HAMi `index`); -1 means the position
+    network_id: int | None = None  # registered custominfo.NetworkID (910 series)
     vnpu_limit: int = field(
         init=False, compare=False
     )  # hard vNPUs at once: slots capped by the hardware
@@ -36,6 +44,8 @@ class Chip:
         if self.memory_mib <= 0:
             object.__setattr__(self, "memory_mib", self.model.memory_allocatable_mib)
         object.__setattr__(self, "vnpu_limit", min(self.slots, self.model.max_vnpus))
+        if self.number < 0:
+            object.__setattr__(self, "number", self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,7 @@ class Node:
     _by_uuid: dict[str, Chip] = field(init=False, repr=False, compare=False)
     _by_word: dict[str, tuple[Chip, ...]] = field(init=False, repr=False, compare=False)
     _healthy_by_word: dict[str, tuple[Chip, ...]] = field(init=False, repr=False, compare=False)
+    _networks_by_word: dict[str, dict[int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_uuid", {c.uuid: c for c in self.chips})
@@ -60,6 +71,12 @@ class Node:
         )
         healthy = {word: tuple(c for c in chips if c.healthy) for word, chips in by_word.items()}
         object.__setattr__(self, "_healthy_by_word", healthy)
+        networks: dict[str, dict[int, int]] = {}
+        for word, chips in by_word.items():
+            ids = {c.index: c.network_id for c in chips if c.network_id is not None}
+            if word.startswith(NETWORK_PREFIX) and len(ids) == len(chips):
+                networks[word] = ids
+        object.__setattr__(self, "_networks_by_word", networks)
 
     def chip(self, uuid: str) -> Chip | None:
         return self._by_uuid.get(uuid)
@@ -70,6 +87,14 @@ class Node:
 
     def healthy_chips_of(self, common_word: str) -> tuple[Chip, ...]:
         return self._healthy_by_word.get(common_word, ())
+
+    def network_ids(self, common_word: str) -> dict[int, int] | None:
+        """Chip position -> NetworkID for a 910-series model whose every chip registered one.
+
+        HAMi groups multi-chip requests by NetworkID only then (all chips of the node carry
+        it and the common word starts with ``Ascend910``); otherwise None.
+        """
+        return self._networks_by_word.get(common_word)
 
     def models(self) -> tuple[str, ...]:
         return tuple(sorted({c.model.common_word for c in self.chips}))

@@ -3,8 +3,9 @@
 Device plugins (vnpu's or HAMi's) publish ``hami.io/node-register-<CW>`` (the chips),
 ``hami.io/node-handshake-<CW>`` (liveness) and ``hami-vnpu-core`` (soft mode); vnpu's own
 plugin adds ``vnpu.io/server`` (the server layout), which other schedulers ignore. This
-module turns those into an ``inventory.Node``, or into the reason the node cannot take
-NPU pods right now (no registration, a stale handshake, no allocatable devices, a
+module turns those into an ``inventory.Node`` (chips numbered by their registered
+``index`` for the server layout, with their ``custominfo.NetworkID``), or into the reason
+the node cannot take NPU pods right now (no registration, a stale handshake, no allocatable devices, a
 malformed annotation). The scheduler's node cache and tests call ``read_node``.
 """
 
@@ -85,10 +86,12 @@ def read_node(
             problems.append(f"kubelet reports no allocatable {model.resource_name}")
             continue
         before = len(chips)
+        listed = [item for item in registered if item.type == model.common_word]
         for item in registered:
             if item.type != model.common_word:
                 warnings.append(f"{key}: chip {item.id} has type {item.type!r}, skipped")
-                continue
+        numbers = _numbers(key, listed, warnings)
+        for item, number in zip(listed, numbers, strict=True):
             chips.append(
                 inventory.Chip(
                     len(chips),
@@ -97,6 +100,8 @@ def read_node(
                     item.health,
                     slots=item.count,
                     memory_mib=item.devmem,
+                    number=number,
+                    network_id=item.network_id,
                 )
             )
         if registered and len(chips) == before:
@@ -107,6 +112,29 @@ def read_node(
         )
     warnings.extend(problems)  # other models of a mixed node stay usable
     return NodeRead(name, _node(name, annotations, chips, models, warnings), "", tuple(warnings))
+
+
+def _numbers(key: str, listed: list[protocol.RegisteredChip], warnings: list[str]) -> list[int]:
+    """The registered ``index`` of each chip, or the list positions when two chips share one.
+
+    Rings, pairs and cards are built from these numbers. Two chips with one number cannot
+    both sit where the number says, so the positions are used instead (as HAMi does for
+    everything but 910C pairs) and a warning names the number; a list without any
+    ``index`` (every chip 0) is read by position without a word.
+    """
+    numbers = [item.index for item in listed]
+    if len(listed) > 1 and not any(numbers):
+        return list(range(len(listed)))  # a writer that leaves ``index`` out for every chip
+    seen: dict[int, str] = {}
+    for item in listed:
+        if item.index in seen:
+            warnings.append(
+                f"{key}: chips {seen[item.index]} and {item.id} both have index {item.index}; "
+                "topology uses their order in the list instead"
+            )
+            return list(range(len(listed)))
+        seen[item.index] = item.id
+    return numbers
 
 
 def _node(
@@ -125,8 +153,9 @@ def _node(
             warnings.append(f"{exc}; using the cluster default ({soft})")
     kinds = {c.model.common_word for c in chips}
     kind = topology.ServerKind.PCIE
+    numbers = [c.number for c in chips]
     if len(kinds) == 1:
-        kind = topology.default_kind(chips[0].model, len(chips))
+        kind = topology.default_kind(chips[0].model, numbers)
     raw_kind = annotations.get(SERVER_KIND_KEY)
     if raw_kind is not None:
         try:
@@ -136,4 +165,6 @@ def _node(
             warnings.append(
                 f"annotation {SERVER_KIND_KEY}: unknown server kind {raw_kind!r} (known: {known})"
             )
-    return inventory.Node(name, tuple(chips), topology.build(kind, len(chips)), soft)
+    if len(kinds) > 1:
+        numbers = [c.index for c in chips]  # several models: no shared layout, no clashes
+    return inventory.Node(name, tuple(chips), topology.build(kind, numbers), soft)

@@ -175,7 +175,9 @@ class _Simulation:
 
 def _shape_key(node: inventory.Node) -> tuple[object, ...]:
     """What an empty node's answer depends on: its chips, their health, server and mode."""
-    chips = tuple((c.model.common_word, c.healthy, c.slots, c.memory_mib) for c in node.chips)
+    chips = tuple(
+        (c.model.common_word, c.healthy, c.slots, c.memory_mib, c.network_id) for c in node.chips
+    )
     return (chips, node.topology, node.soft)
 
 
@@ -206,6 +208,7 @@ def _whole_chip_request(request: requests.PodRequest) -> requests.PodRequest:
     whole = tuple(
         dataclasses.replace(
             r,
+            count=requests.super_pod_count(r.model, r.container, r.count)[0],
             whole=True,
             soft=False,
             templates=(),
@@ -226,9 +229,16 @@ def _without_soft_mode(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _shape(node: inventory.Node, name: str) -> inventory.Node:
-    """An empty hard-mode node called ``name`` with the chips and server of ``node``."""
-    model = node.chips[0].model
-    return inventory.build_node(name, model, len(node.chips), node.topology.kind)
+    """An empty hard-mode node called ``name`` with the chips and server of ``node``.
+
+    The chips keep their registered numbers and NetworkIDs, so the copy has the same rings,
+    pairs and NetworkID groups as the original.
+    """
+    chips = tuple(
+        dataclasses.replace(c, uuid=f"{name}-{c.model.common_word}-{c.index}", healthy=True)
+        for c in node.chips
+    )
+    return inventory.Node(name, chips, node.topology, soft=False)
 
 
 def whole_chip_need(
@@ -244,9 +254,10 @@ def whole_chip_need(
     A pod that fits no empty shape is left out (it fits nowhere with or without sharing).
     """
     simulation = _Simulation([_shape(n, n.name) for n in nodes], models)
-    shapes: dict[tuple[str, int, str], inventory.Node] = {}
+    shapes: dict[tuple[object, ...], inventory.Node] = {}
     for node in nodes:
-        key = (node.chips[0].model.name, len(node.chips), node.topology.kind.value)
+        numbers = tuple((c.number, c.network_id) for c in node.chips)
+        key = (node.chips[0].model.name, node.topology.kind.value, numbers)
         shapes.setdefault(key, node)
     added = 0
     placed = 0
