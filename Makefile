@@ -22,7 +22,7 @@ $(BIN)/python:
 $(BIN)/uv: $(BIN)/python
 	$(BIN)/pip install --quiet uv
 
-INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
+INSTALL := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 
 # Every package, editable, and what their pyprojects need to run: nothing else.
 $(RUNTIME_STAMP): $(BIN)/uv $(wildcard packages/*/pyproject.toml)
