@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from vnpu_core import errors, protocol
+from vnpu_core import errors, gojson, protocol
 
 D310 = "D7E96E64-2060C1F1-E8E618E4-AED8030A-94003019"
 D910 = "7866F664-80406578-6B60A233-E0500485-104301E3"
@@ -411,3 +411,82 @@ def test_soft_mode_flag() -> None:
 def test_values_check_their_fields(build: Callable[[], object], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         build()
+
+
+# --- keys read as Go's encoding/json reads them into a struct ---------------------------
+
+
+def chip_of(value: str) -> protocol.RegisteredChip:
+    (chip,) = protocol.decode_node_register(REGISTER_KEY, value)
+    return chip
+
+
+def test_node_register_field_names_match_in_any_case() -> None:
+    chip = chip_of(
+        '[{"ID":"u1","Index":2,"COUNT":4,"DevMem":65536,"devCore":20,"Type":"Ascend910B3",'
+        '"Health":true,"Numa":1,"CustomInfo":{"NetworkID":1}}]'
+    )
+    assert chip == protocol.RegisteredChip("u1", 2, 4, 65536, 20, "Ascend910B3", True, 1, numa=1)
+
+
+@pytest.mark.parametrize(
+    ("members", "wanted"),
+    [
+        ('"id":"a","ID":"b"', "b"),
+        ('"ID":"b","id":"a"', "a"),
+        # Go keeps the last key of the document, whatever its case; a dict keeps the first
+        # place of a repeated key, so this one needs the pairs in order.
+        ('"id":"a","ID":"b","id":"c"', "c"),
+        ('"Id":"a","iD":"b"', "b"),
+    ],
+)
+def test_of_several_keys_for_one_field_the_last_wins(members: str, wanted: str) -> None:
+    chip = chip_of("[{" + members + ',"type":"Ascend910B3","health":true}]')
+    assert chip.id == wanted
+
+
+@pytest.mark.parametrize(
+    ("custom", "network_id"),
+    [
+        ('"custominfo":{"NetworkID":1}', 1),
+        ('"custominfo":{"networkid":1}', None),  # a map key: Go compares it exactly
+        ('"custominfo":{"NetworkID":1},"CustomInfo":{"other":2}', 1),  # merged into one map
+        ('"custominfo":{"NetworkID":1},"CustomInfo":{"NetworkID":0}', 0),
+        ('"custominfo":{"NetworkID":1},"CUSTOMINFO":null', None),  # null empties the map
+        ('"cu\\u017ftominfo":{"NetworkID":1}', 1),  # U+017F folds to s, as in Go
+    ],
+)
+def test_custominfo_is_read_as_go_fills_a_map(custom: str, network_id: int | None) -> None:
+    chip = chip_of('[{"id":"u1","type":"Ascend910B3",' + custom + "}]")
+    assert chip.network_id == network_id
+
+
+def test_a_bad_value_under_another_case_is_named_as_written() -> None:
+    with pytest.raises(errors.ProtocolError) as caught:
+        chip_of('[{"id":"u1","type":"Ascend910B3","DevMem":"big"}]')
+    assert caught.value.fragment == "[0].DevMem"
+
+
+def test_runtime_field_names_match_in_any_case() -> None:
+    infos = protocol.decode_runtime(
+        RUNTIME_KEY, '[{"uuid":"u1","Temp":"vir02","MEMORY":6144,"Core":5}]'
+    )
+    assert infos == (protocol.RuntimeInfo("u1", "vir02", 6144, 5),)
+    (last,) = protocol.decode_runtime(RUNTIME_KEY, '[{"UUID":"u1","uuid":"u2"}]')
+    assert last.uuid == "u2"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("id", "ID", True),
+        ("custominfo", "CustomInfo", True),
+        ("custominfo", "cu\u017ftominfo", True),
+        ("k", "\u212a", True),  # Kelvin sign
+        ("id", "i d", False),
+        ("id", "\u0130d", False),  # dotted capital I is not in i's simple fold set
+        ("devmem", "devmen", False),
+    ],
+)
+def test_fold_matches_go(a: str, b: str, same: bool) -> None:
+    assert (gojson.fold(a) == gojson.fold(b)) is same

@@ -5,11 +5,20 @@ HAMi and Volcano are Go programs; the JSON annotations vnpu shares with them
 ``json.Marshal`` produces and must be read with Go's integer widths. ``vnpu_core.protocol``
 is the only caller. Every reader raises ``errors.ProtocolError(key, path, problem)`` with a
 JSON path such as ``[2].devmem`` so the message says which element and field is wrong.
+
+Objects are read as Go reads JSON into a struct: a key names a field when it equals the
+field's name ignoring case (Unicode simple case folding, so ``"ID"``, ``"Id"`` and
+``"id"`` all set ``id``, and U+017F, the long s, stands for ``s``), and when several keys
+name one field the last one in the document wins. Keys of a JSON object read into a Go
+map (``custominfo``) are compared exactly, as Go does; an object field given several
+times is the merge of its objects in document order (Go decodes into the map it already
+has), and ``null`` empties it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from vnpu_core import errors
@@ -44,10 +53,57 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class Object(dict[str, Any]):
+    """A JSON object as parsed: the last value of each exact key, and every pair in order."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _fold_char(char: str) -> str:
+    """One character as Go folds it: the smallest character of its simple case-fold set."""
+    if char.isascii():
+        return char.upper()
+    seen = {char}
+    todo = [char]
+    while todo:
+        current = todo.pop()
+        for other in (current.upper(), current.lower(), current.casefold()):
+            if len(other) == 1 and other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return min(seen)
+
+
+def fold(name: str) -> str:
+    """``name`` folded so that ``fold(a) == fold(b)`` exactly when Go's decoder matches them."""
+    return "".join(_fold_char(c) for c in name)
+
+
+def members(item: dict[str, Any], name: str) -> Iterator[tuple[str, Any]]:
+    """Every ``(key, value)`` of ``item`` that Go reads into the struct field ``name``, in order."""
+    pairs = item.pairs if isinstance(item, Object) else list(item.items())
+    wanted = fold(name)
+    for key, value in pairs:
+        if key == name or fold(key) == wanted:
+            yield key, value
+
+
+def member(item: dict[str, Any], name: str) -> tuple[str, Any] | None:
+    """The ``(key, value)`` Go keeps for the struct field ``name``: the last matching key."""
+    found = None
+    for pair in members(item, name):
+        found = pair
+    return found
+
+
 def load_array(key: str, value: str) -> list[Any]:
     """Parse ``value`` as a JSON array (Go rejects NaN and Infinity, so do we)."""
     try:
-        document = json.loads(value, parse_constant=_reject_constant)
+        document = json.loads(value, parse_constant=_reject_constant, object_pairs_hook=Object)
     except json.JSONDecodeError as exc:
         fragment = value[exc.pos : exc.pos + 40]
         raise errors.ProtocolError(key, fragment, f"not JSON: {exc.msg}") from exc

@@ -172,6 +172,9 @@ def encode_node_register(chips: Sequence[RegisteredChip]) -> str:
 def decode_node_register(key: str, value: str) -> tuple[RegisteredChip, ...]:
     """Chips of a node-register value; unknown fields are ignored, absent ones are zero.
 
+    Field names match in any case (``"ID"``, ``"Count"``), the last of several winning, as
+    Go's decoder reads them; ``custominfo`` keys (``NetworkID``) are matched exactly.
+
     A chip id that appears twice is refused: usage is keyed by id, so a duplicate would
     count one chip's capacity twice.
     """
@@ -189,37 +192,63 @@ def decode_node_register(key: str, value: str) -> tuple[RegisteredChip, ...]:
     return chips
 
 
+def _field(item: dict[str, Any], at: str, name: str, default: object) -> tuple[str, Any]:
+    """The path and value Go reads into field ``name`` (any case, last key wins), or the default."""
+    found = gojson.member(item, name)
+    if found is None:
+        return f"{at}.{name}", default
+    return f"{at}.{found[0]}", found[1]
+
+
+def _custom_info(key: str, at: str, item: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """``custominfo`` as Go builds the map: every occurrence merged in order, ``null`` empties it."""
+    merged: dict[str, Any] | None = None
+    path = f"{at}.custominfo"
+    for name, raw in gojson.members(item, "custominfo"):
+        path = f"{at}.{name}"
+        if raw is None:
+            merged = None
+            continue
+        merged = {**(merged or {}), **gojson.obj(key, path, raw)}
+    return path, merged
+
+
 def _decode_chip(key: str, at: str, item: dict[str, Any]) -> RegisteredChip:
-    health = gojson.boolean(key, f"{at}.health", item.get("health", False))
+    health_at, health_raw = _field(item, at, "health", False)
+    health = gojson.boolean(key, health_at, health_raw)
     network_id = None
-    custom = item.get("custominfo")
-    if custom is not None:
-        custom = gojson.obj(key, f"{at}.custominfo", custom)
-        if "NetworkID" in custom:
-            path = f"{at}.custominfo.NetworkID"
-            network_id = gojson.integer(key, path, custom["NetworkID"], gojson.INT64_MAX)
-    number = {
-        name: gojson.integer(key, f"{at}.{name}", item.get(name, 0), high)
-        for name, high in (
-            ("index", gojson.INT64_MAX),
-            ("count", gojson.INT32_MAX),
-            ("devmem", gojson.INT32_MAX),
-            ("devcore", gojson.INT32_MAX),
-            ("numa", gojson.INT64_MAX),
+    custom_at, custom = _custom_info(key, at, item)
+    if custom is not None and "NetworkID" in custom:  # a map key: compared exactly
+        path = f"{custom_at}.NetworkID"
+        network_id = gojson.integer(key, path, custom["NetworkID"], gojson.INT64_MAX)
+    number = {}
+    for name, high in (
+        ("index", gojson.INT64_MAX),
+        ("count", gojson.INT32_MAX),
+        ("devmem", gojson.INT32_MAX),
+        ("devcore", gojson.INT32_MAX),
+        ("numa", gojson.INT64_MAX),
+    ):
+        path, raw = _field(item, at, name, 0)
+        number[name] = gojson.integer(key, path, raw, high)
+    text = {}
+    for name in ("id", "type", "mode", "devicevendor"):
+        path, raw = _field(item, at, name, "")
+        text[name] = (
+            _token(key, path, raw) if name in ("id", "type") else gojson.string(key, path, raw)
         )
-    }
     return RegisteredChip(
-        id=_token(key, f"{at}.id", item.get("id", "")),
+        id=text["id"],
         index=number["index"],
         count=number["count"],
         devmem=number["devmem"],
         devcore=number["devcore"],
-        type=_token(key, f"{at}.type", item.get("type", "")),
+        type=text["type"],
         health=health,
         network_id=network_id,
         numa=number["numa"],
-        mode=gojson.string(key, f"{at}.mode", item.get("mode", "")),
-        vendor=gojson.string(key, f"{at}.devicevendor", item.get("devicevendor", "")),
+        mode=text["mode"],
+        vendor=text["devicevendor"],
     )
 
 
@@ -361,21 +390,25 @@ def encode_runtime(infos: Sequence[RuntimeInfo]) -> str:
 
 
 def decode_runtime(key: str, value: str) -> tuple[RuntimeInfo, ...]:
-    """Runtime infos; unknown fields are ignored, ``temp`` absent or null means no template."""
+    """Runtime infos; unknown fields are ignored, ``temp`` absent or null means no template.
+
+    Field names match in any case, the last of several winning, as Go reads them.
+    """
     infos = []
     for i, element in enumerate(gojson.load_array(key, value)):
-        item = gojson.obj(key, f"[{i}]", element)
-        template = item.get("temp")
+        at = f"[{i}]"
+        item = gojson.obj(key, at, element)
+        temp_at, template = _field(item, at, "temp", None)
         if template is not None:
-            template = gojson.string(key, f"[{i}].temp", template) or None
+            template = gojson.string(key, temp_at, template) or None
+        memory_at, memory = _field(item, at, "memory", 0)
+        core_at, core = _field(item, at, "core", 0)
         infos.append(
             RuntimeInfo(
-                uuid=_token(key, f"[{i}].UUID", item.get("UUID", "")),
+                uuid=_token(key, *_field(item, at, "UUID", "")),
                 template=template,
-                memory_mib=gojson.integer(
-                    key, f"[{i}].memory", item.get("memory", 0), gojson.INT64_MAX
-                ),
-                core=gojson.integer(key, f"[{i}].core", item.get("core", 0), gojson.INT32_MAX),
+                memory_mib=gojson.integer(key, memory_at, memory, gojson.INT64_MAX),
+                core=gojson.integer(key, core_at, core, gojson.INT32_MAX),
             )
         )
     return tuple(infos)
