@@ -138,17 +138,17 @@ def run(args: argparse.Namespace) -> int:
                 f"stop it with `vnpu-sandbox down --dir {args.dir}`",
                 status=1,
             )
+    real = args.control_plane == "real"
+    try:
+        bins = controlplane.binaries() if real else {}
+    except controlplane.ControlPlaneError as exc:
+        return _fail(f"--control-plane real: {exc}")
     too_long = components.longest_socket(where, nodes)
     if too_long is not None:
         return _fail(
             f"--dir {args.dir}: the unix socket {too_long} would be {len(str(too_long))} "
             f"characters, over Linux's {layout.SOCKET_PATH_MAX}; use a shorter directory"
         )
-    real = args.control_plane == "real"
-    try:
-        bins = controlplane.binaries() if real else {}
-    except controlplane.ControlPlaneError as exc:
-        return _fail(f"--control-plane real: {exc}")
     prometheus, rules, notes = _prometheus(args)
     if rules is not None and not rules.is_file():
         return _fail(f"--alert-rules {rules}: no such file")
