@@ -28,9 +28,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True, slots=True)
 class Scalar:
-    """A JSON string, boolean, integer or quantity (string or number)."""
+    """A JSON string, boolean, integer or quantity (string or number): the Python types it may be."""
 
-    kind: str  # "string", "boolean", "integer" or "quantity"
+    types: frozenset[type]
+    expected: str  # for the message: "a string"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +57,10 @@ class Fields:
 
 Shape = Scalar | MapOf | ListOf | Fields
 
-TEXT = Scalar("string")
-FLAG = Scalar("boolean")
-WHOLE = Scalar("integer")
-QUANTITY = Scalar("quantity")
+TEXT = Scalar(frozenset({str}), "a string")
+FLAG = Scalar(frozenset({bool}), "a boolean")
+WHOLE = Scalar(frozenset({int}), "an integer")
+QUANTITY = Scalar(frozenset({str, int, float}), "a quantity (a string or a number)")
 LABELS = MapOf(TEXT)
 
 _REQUIREMENT = Fields({"key": TEXT, "operator": TEXT, "values": ListOf(TEXT)})
@@ -165,50 +166,79 @@ def _type_name(value: object) -> str:
     return "an object"
 
 
-def _scalar_ok(kind: str, value: object) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+class _Wrong(Exception):
+    """A value of the wrong type, and the path to it (innermost step first) as it unwinds."""
+
+    def __init__(self, value: object, problem: str) -> None:
+        super().__init__(problem)
+        self.value = value
+        self.problem = problem
+        self.steps: list[str | int] = []
 
 
-_EXPECTED = {
-    "string": "a string",
-    "boolean": "a boolean",
-    "integer": "an integer",
-    "quantity": "a quantity (a string or a number)",
-}
+def _walk(value: object, shape: Shape) -> None:
+    """Raise ``_Wrong`` at the first value ``shape`` refuses (``value`` is not None here).
+
+    Recursion follows the shape (a dozen levels), not the document. Lists and maps of
+    scalars are checked in one pass over their types; the path is built only on the way out
+    of an error, so a well-formed body costs no string work.
+    """
+    kind = type(value)
+    if type(shape) is Scalar:
+        if kind not in shape.types:
+            raise _Wrong(value, f"must be {shape.expected}, not {_type_name(value)}")
+        return
+    if type(shape) is ListOf:
+        if kind is not list:
+            raise _Wrong(value, f"must be an array, not {_type_name(value)}")
+        items: list[Any] = value  # type: ignore[assignment]
+        inner = shape.item
+        if type(inner) is Scalar and set(map(type, items)) <= inner.types:
+            return
+        for index, item in enumerate(items):
+            try:
+                _walk(item, inner)
+            except _Wrong as wrong:
+                wrong.steps.append(index)
+                raise
+        return
+    if kind is not dict:
+        raise _Wrong(value, f"must be an object, not {_type_name(value)}")
+    members: dict[str, Any] = value  # type: ignore[assignment]
+    if type(shape) is MapOf:
+        inner = shape.value
+        if type(inner) is Scalar and set(map(type, members.values())) <= inner.types:
+            return
+        for key, item in members.items():
+            try:
+                _walk(item, inner)
+            except _Wrong as wrong:
+                wrong.steps.append(key)
+                raise
+        return
+    assert type(shape) is Fields
+    for key, wanted in shape.members.items():
+        found = members.get(key)
+        if found is None:  # absent and null are the zero value
+            continue
+        try:
+            _walk(found, wanted)
+        except _Wrong as wrong:
+            wrong.steps.append(key)
+            raise
 
 
 def check(value: object, shape: Shape, path: str, nullable: bool = True) -> None:
     """Raise ``errors.BadRequest`` at the first value under ``path`` that ``shape`` refuses."""
-    stack: list[tuple[object, Shape, str, bool]] = [(value, shape, path, nullable)]
-    while stack:
-        item, want, where, may_be_null = stack.pop()
-        if item is None and may_be_null:
-            continue
-        if isinstance(want, Scalar):
-            if not _scalar_ok(want.kind, item):
-                raise errors.BadRequest(
-                    where, item, f"must be {_EXPECTED[want.kind]}, not {_type_name(item)}"
-                )
-        elif isinstance(want, ListOf):
-            if not isinstance(item, list):
-                raise errors.BadRequest(where, item, f"must be an array, not {_type_name(item)}")
-            for index in reversed(range(len(item))):
-                stack.append((item[index], want.item, f"{where}.{index}", False))
-        elif not isinstance(item, dict):
-            raise errors.BadRequest(where, item, f"must be an object, not {_type_name(item)}")
-        elif isinstance(want, MapOf):
-            for key in reversed(list(item)):
-                stack.append((item[key], want.value, member(where, key), False))
-        else:
-            for key in reversed(list(want.members)):
-                if key in item:
-                    stack.append((item[key], want.members[key], member(where, key), True))
+    if value is None and nullable:
+        return
+    try:
+        _walk(value, shape)
+    except _Wrong as wrong:
+        where = path
+        for step in reversed(wrong.steps):
+            where = f"{where}.{step}" if isinstance(step, int) else member(where, step)
+        raise errors.BadRequest(where, wrong.value, wrong.problem) from None
 
 
 def check_object(value: Any, shape: Shape, path: str) -> None:

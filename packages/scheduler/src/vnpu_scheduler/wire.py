@@ -4,8 +4,8 @@ The extender types (``k8s.io/kube-scheduler/extender/v1``) have no JSON tags, so
 on the wire are the Go field names: ``Pod``, ``Nodes``, ``NodeNames``, ``FailedNodes``,
 ``FailedAndUnresolvableNodes``, ``Error``, ``Host``, ``Score``, ``PodName``... ``app`` calls
 the ``read_*`` functions on raw bodies; they raise ``errors.BadRequest`` naming the JSON
-path and the value for anything malformed: a body that is not JSON, nested deeper than
-``MAX_DEPTH``, or holding a value of the wrong JSON type anywhere the scheduler reads
+path and the value for anything malformed: a body that is not JSON, a pod or node nested
+deeper than ``MAX_DEPTH``, or holding a value of the wrong JSON type anywhere the scheduler reads
 (``shapes``). The ``*_result`` functions build the replies; ``refusal`` is each verb's reply
 to a request it cannot serve (HTTP 4xx), in the verb's own shape.
 """
@@ -23,6 +23,7 @@ from vnpu_scheduler import errors, shapes
 Json = dict[str, Any]
 ADMISSION_VERSION = "admission.k8s.io/v1"
 MAX_DEPTH = 64
+_SCAN_ALONE = 16  # containers longer than this are checked for containers in one pass first
 """Deepest JSON nesting read (a pod with node affinity and managed fields is below 25)."""
 
 _REASONS = {400: "BadRequest", 403: "Forbidden", 408: "Timeout", 413: "RequestEntityTooLarge"}
@@ -70,19 +71,27 @@ class AdmissionReview(_Model):
 def nested_deeper(value: object, limit: int) -> bool:
     """Whether the parsed JSON ``value`` nests arrays and objects more than ``limit`` deep.
 
-    Iterative (a stack of the containers still to look into), so no depth can exhaust the
-    interpreter's stack; scalars are never pushed, which keeps it cheap on wide documents.
+    Level by level, never recursing, so no depth can exhaust the interpreter's stack. A long
+    container is first looked at through the set of its children's types (one C loop), so a
+    list of a thousand node names costs little more than nothing.
     """
-    if type(value) is not dict and type(value) is not list:
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > limit:
+    level: list[Any] = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
             return True
-        for child in item.values() if type(item) is dict else item:
-            if type(child) is dict or type(child) is list:
-                stack.append((child, level + 1))
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if type(item) is dict else item
+            if len(children) > _SCAN_ALONE:
+                kinds = set(map(type, children))
+                if dict not in kinds and list not in kinds:
+                    continue
+            for child in children:
+                if type(child) is dict or type(child) is list:
+                    below.append(child)
+        level = below
     return False
 
 
@@ -90,23 +99,33 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # NaN and Infinity are not JSON
+
+
 def document(body: bytes) -> Any:
-    """The JSON value of ``body``, at most ``MAX_DEPTH`` deep; BadRequest for anything else.
+    """The JSON value of ``body``; BadRequest for anything that is not JSON.
 
     The parser recurses once per level and stops with RecursionError near the interpreter's
-    limit (about 1,000 levels), long before it runs out of stack; what it did parse is then
-    measured against ``MAX_DEPTH``.
+    limit (about 1,000 levels), long before it runs out of stack: that is refused here as
+    too deep. What the scheduler keeps of a body is then held to ``MAX_DEPTH`` (``bounded``).
     """
     shown = body[:60].decode(errors="replace")
     try:
-        found = json.loads(body, parse_constant=_no_constant)
+        return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except RecursionError as exc:
         raise errors.BadRequest("(body)", shown, f"nested deeper than {MAX_DEPTH} levels") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.BadRequest("(body)", shown, f"not JSON: {exc}") from exc
-    if nested_deeper(found, MAX_DEPTH):
-        raise errors.BadRequest("(body)", shown, f"nested deeper than {MAX_DEPTH} levels")
-    return found
+
+
+def bounded(value: object, path: str, below: int) -> None:
+    """Refuse ``value`` (at ``path``, ``below`` levels under the body) if the body gets too deep.
+
+    Only what the scheduler keeps is measured: the pod, the nodes, the reviewed object; the
+    rest of a body is dropped unread by the models.
+    """
+    if nested_deeper(value, MAX_DEPTH - below):
+        raise errors.BadRequest(path, "...", f"the body is nested deeper than {MAX_DEPTH} levels")
 
 
 def _validate(found: Any, model: type[_Model]) -> Any:
@@ -124,6 +143,9 @@ def read_extender_args(body: bytes) -> ExtenderArgs:
     args: ExtenderArgs = _validate(document(body), ExtenderArgs)
     if args.Nodes is None and args.NodeNames is None:
         raise errors.BadRequest("NodeNames", None, "one of Nodes or NodeNames must be given")
+    bounded(args.Pod, "Pod", 1)
+    if args.Nodes is not None:
+        bounded(args.Nodes.items, "Nodes.items", 2)
     shapes.check_object(args.Pod, shapes.POD, "Pod")
     metadata = args.Pod.get("metadata")
     if not isinstance(metadata, dict) or not metadata.get("name"):
@@ -155,15 +177,9 @@ def read_admission_review(body: bytes) -> AdmissionReview:
                 "apiVersion", review.apiVersion, f"only {ADMISSION_VERSION} is served"
             )
         pod = review.request.object
-        if (
-            review.request.operation == "CREATE"
-            and pod is not None
-            and pod.get("kind")
-            in (
-                None,
-                "Pod",
-            )
-        ):
+        bounded(pod, "request.object", 2)
+        creating = review.request.operation == "CREATE"
+        if creating and pod is not None and pod.get("kind") in (None, "Pod"):
             shapes.check_object(pod, shapes.POD, "request.object")
     except errors.BadRequest as exc:
         raise errors.BadReview(_review_uid(found), exc.field, exc.value, exc.problem) from exc
