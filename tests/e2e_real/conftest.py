@@ -82,17 +82,22 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """The sandbox; a test module sets ``CLUSTER`` and ``SCHEDULERS`` to change its shape."""
     try:
         bins = controlplane.binaries()
     except controlplane.ControlPlaneError as exc:
         pytest.skip(f"the real control plane is not built: {exc}")
     directory = tmp_path_factory.mktemp("real")
     cluster_file = directory / "cluster.yaml"
-    cluster_file.write_text(CLUSTER, encoding="utf-8")
+    cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
+    schedulers = str(getattr(request.module, "SCHEDULERS", 1))
     started = sandbox_command(
         "up", "--control-plane", "real", "--cluster", str(cluster_file), "--dir", str(directory),
         "--no-prometheus", "--no-exporters", "--timeout", f"{UP_TIMEOUT_SECONDS:g}",
+        "--schedulers", schedulers,
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stderr + started.stdout

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from vnpu_core import protocol
 from vnpu_sandbox.platform import kubectl
 
 pytestmark = [pytest.mark.real_control_plane, pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -66,9 +67,7 @@ def test_a_deployment_is_validated_scheduled_through_the_extender_and_scaled(clu
         assert spec["containers"][0]["resources"]["limits"][MEMORY] == "3072"
         assert spec["nodeName"] == "duo"
         # vnpu-scheduler bound it (the extender's bind verb) and recorded its decision.
-        assert "hami.io/vnpu-devices-allocated" in pod["metadata"]["annotations"] or any(
-            key.startswith("hami.io/") for key in pod["metadata"]["annotations"]
-        )
+        assert protocol.allocated_key("Ascend310P") in pod["metadata"]["annotations"]
 
     # kube-controller-manager scales through the ReplicaSet, up and then down.
     cluster.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=5"])

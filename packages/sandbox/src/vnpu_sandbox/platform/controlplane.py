@@ -290,14 +290,18 @@ def scheduler_config(plane: Plane, extender: dict[str, Any]) -> dict[str, Any]:
     return {**extender, "clientConnection": {"kubeconfig": kubeconfig}}
 
 
-def scheduler(plane: Plane, config: Path) -> components.Component:
+def scheduler(
+    plane: Plane, config: Path, name: str = "kube-scheduler", port: int | None = None
+) -> components.Component:
+    """kube-scheduler with ``config``; ``name`` and ``port`` for a second one beside it."""
     kubeconfig = plane.kubeconfig("kube-scheduler")
+    secure = port or plane.ports.scheduler
     argv = (
         str(plane.bins["kube-scheduler"]),
         f"--config={config}",
-        *_secure_serving(plane, plane.ports.scheduler, kubeconfig),
+        *_secure_serving(plane, secure, kubeconfig),
     )
-    return components.Component("kube-scheduler", argv, https(plane.ports.scheduler, "/healthz"))
+    return components.Component(name, argv, https(secure, "/healthz"))
 
 
 def scheduler_flags(plane: Plane) -> tuple[str, ...]:

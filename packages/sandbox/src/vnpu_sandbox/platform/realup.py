@@ -13,6 +13,7 @@ HTTP endpoint answers and every node is Ready with its NPUs published. Failures 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -48,7 +49,10 @@ def bring_up(
     plane: controlplane.Plane,
     prometheus: str | None,
     timeout: float,
+    schedulers: int = 1,
 ) -> None:
+    """Start everything; ``schedulers`` pairs of kube-scheduler and vnpu-scheduler (see
+    ``_more_schedulers``)."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -83,8 +87,43 @@ def bring_up(
         scheduler_flags=controlplane.scheduler_flags(plane),
     ):
         run_.start(component)
+    for extra in _more_schedulers(run_, where, ports, plane, schedulers):
+        run_.start(extra)
     run_.wait_ready(
         left(),
         extra=lambda: probes.node_problems(plane.api_url, nodes, run_.tls),
         progress=_progress,
     )
+
+
+def _more_schedulers(
+    run_: startup.Startup,
+    where: layout.Layout,
+    ports: components.Ports,
+    plane: controlplane.Plane,
+    schedulers: int,
+) -> list[components.Component]:
+    """Replicas 2..N: each a vnpu-scheduler and a kube-scheduler calling it as its extender.
+
+    Every kube-scheduler runs without leader election, so all of them schedule the same
+    pending pods at once and race to bind them: the case the node locks must hold. Only the
+    first vnpu-scheduler serves the webhooks (any replica would answer them alike).
+    """
+    found: list[components.Component] = []
+    for index in range(2, schedulers + 1):
+        port, secure = components.free_port(), components.free_port()
+        replica = components.services(
+            where,
+            (),
+            dataclasses.replace(ports, scheduler=port),
+            None,
+            credentials=controlplane.credentials(plane),
+        )[0]
+        config = where.root / f"kube-scheduler-{index}.yaml"
+        extender = manifests.kube_scheduler_config(components.url(port))
+        _write_yaml(config, controlplane.scheduler_config(plane, extender))
+        found.append(dataclasses.replace(replica, name=f"vnpu-scheduler-{index}"))
+        found.append(controlplane.scheduler(plane, config, f"kube-scheduler-{index}", secure))
+        run_.record.ports[f"scheduler-{index}"] = port
+        run_.record.ports[f"kube-scheduler-{index}"] = secure
+    return found

@@ -60,6 +60,12 @@ def _port(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1")
+    return int(text)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
@@ -97,6 +103,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the API emulator, or etcd, kube-apiserver, kube-controller-manager and "
         "kube-scheduler built by `make k8s-bin` (docs/real-control-plane.md; "
         "default: %(default)s)",
+    )
+    parser.add_argument(
+        "--schedulers",
+        type=_count,
+        default=1,
+        metavar="N",
+        help="with --control-plane real: N kube-schedulers, each with its own vnpu-scheduler, "
+        "all active (default: %(default)s)",
     )
     parser.add_argument(
         "--alert-rules",
@@ -177,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if real:
             _write_prometheus_config(where, ports, prometheus, rules)
-            realup.bring_up(run_, where, nodes, ports, plane, prometheus, args.timeout)
+            realup.bring_up(
+                run_, where, nodes, ports, plane, prometheus, args.timeout, args.schedulers
+            )
         else:
             _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
     except startup.StartError as exc:
