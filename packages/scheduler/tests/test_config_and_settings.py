@@ -105,6 +105,13 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--handshake-timeout", "-1"], "handshake_timeout"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig"),
         (["--log-level", "chatty"], "log_level"),
+        (["--host", "0.0.0.0"], "host"),
+        (["--host", "10.1.2.3"], "host"),
+        (["--bind-timeout", "22"], "bind_timeout"),  # not above --lock-wait 20 plus 2 s
+        (["--lock-wait", "30"], "bind_timeout"),
+        (["--port", "9000", "--metrics-port", "9000"], "metrics_port"),
+        (["--max-body-bytes", "10"], "max_body_bytes"),
+        (["--lock-clock-skew", "-1"], "lock_clock_skew"),
     ],
 )
 def test_bad_settings_name_the_field(argv: list[str], field: str) -> None:
@@ -112,6 +119,18 @@ def test_bad_settings_name_the_field(argv: list[str], field: str) -> None:
         settings.from_args(argv)
     assert refused.value.field == field
     assert str(refused.value).startswith(f"setting {field}: ")
+
+
+def test_new_limits_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = settings.Settings()
+    assert (defaults.bind_timeout, defaults.lock_wait, defaults.lock_clock_skew) == (25, 20, 30)
+    assert defaults.max_body_bytes == 80 * 2**20
+    monkeypatch.setenv("VNPU_SCHED_MAX_BODY_BYTES", "1048576")
+    monkeypatch.setenv("VNPU_SCHED_BIND_TIMEOUT", "28")
+    monkeypatch.setenv("VNPU_SCHED_LOCK_CLOCK_SKEW", "5")
+    chosen = settings.from_args(["--webhook-max-body-bytes", "65536"])
+    assert (chosen.max_body_bytes, chosen.webhook_max_body_bytes) == (1048576, 65536)
+    assert (chosen.bind_timeout, chosen.lock_clock_skew) == (28, 5)
 
 
 def test_tls_needs_both_files(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 A lock written by a wrong clock (dated further ahead than ``--lock-clock-skew``) no longer
 blocks a node: it counts as expired, so it is taken over unless its owner still waits for
 Allocate, and the take-over is logged, counted and put in an event. Every bind answers
-within ``--bind-timeout`` (plus the short rollback): the API is reached through a real TCP
+within ``--bind-timeout``, its rollback included: the API is reached through a real TCP
 proxy that swallows the Binding, or answers it late, and binds queue behind a lock that is
 never released. What a bind wrote is rolled back unless its Binding landed.
 """
@@ -226,15 +226,15 @@ def test_a_binding_the_api_never_answers_is_rolled_back_at_the_deadline(
     kube: Any, start_scheduler: Any, slow_api: Any, node_and_pod: None
 ) -> None:
     proxy, kubeconfig = slow_api
-    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=1.5, lock_wait=1.0)
+    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=3.0, lock_wait=0.5)
     started = time.monotonic()
     error = _bind(scheduler, kube, "job")
     took = time.monotonic() - started
     assert error == (
-        "bind of pod default/job to node n1 did not finish within 1.5 s (--bind-timeout); "
+        "bind of pod default/job to node n1 did not finish in time (--bind-timeout 3 s); "
         "nothing was bound; the node lock it took was released"
     )
-    assert 1.5 <= took < 1.5 + 2.0 + 0.5  # the deadline, plus at most the rollback
+    assert 1.0 <= took < 3.0 + 0.5  # its work stopped at 1 s, the answer came within 3 s
     assert any("/binding" in line for line in proxy.seen)  # it did get as far as the Binding
     assert LOCK not in _notes(kube)
     time.sleep(0.3)
@@ -251,10 +251,10 @@ def test_a_binding_answered_late_is_a_success_when_it_landed(
 ) -> None:
     """The API wrote the Binding but its answer is lost: the rollback finds it and keeps it."""
     _, kubeconfig = slow_api
-    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=1.5, lock_wait=1.0)
+    scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=3.0, lock_wait=0.5)
     started = time.monotonic()
     assert _bind(scheduler, kube, "job") == ""
-    assert time.monotonic() - started < 1.5 + 2.0 + 0.5
+    assert time.monotonic() - started < 3.0 + 0.5
     pod = kube.pod("job")
     assert pod["spec"]["nodeName"] == "n1"
     assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
@@ -265,7 +265,7 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
     """Three binds to a node whose lock is never released: none answers after its deadline."""
-    scheduler = start_scheduler(bind_timeout=1.5, lock_wait=1.0)
+    scheduler = start_scheduler(bind_timeout=3.0, lock_wait=0.7)
     kube.add_node(make.node("n1"))
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
     held = _lock(("default", "other"), ahead_seconds=0)
@@ -281,10 +281,10 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(timed, ("a", "b", "c")))
     for error, took in results:
-        assert took < 1.5 + 2.0 + 0.5, (error, took)
+        assert took < 3.0 + 0.5, (error, took)
         assert error.startswith("node n1 is locked by pod default/other") or error == (
-            f"bind of pod {error.split()[3]} to node n1 did not finish within 1.5 s "
-            "(--bind-timeout); nothing was bound"
+            f"bind of pod {error.split()[3]} to node n1 did not finish in time "
+            "(--bind-timeout 3 s); nothing was bound"
         ), error
     assert sum("did not finish" in error for error, _ in results) >= 1  # the queue hit the deadline
     assert _notes(kube)[LOCK] == held

@@ -16,15 +16,15 @@ before the Binding succeeded it is released here. Transient API failures are ret
 backoff; whatever cannot be resolved raises ``errors.BindError``, leaving the pod unbound.
 A pod this scheduler already bound to the node is answered as bound (idempotent).
 
-Every bind has a deadline (``bind_timeout``, below kube-scheduler's ``httpTimeout``): the
-lock wait, the fit and the Binding all count, and each API call under it waits no longer
-than the time left (``cluster.deadline_at``). A bind that reaches its deadline is rolled
-back within ``ROLLBACK_SECONDS``: if the Binding was not sent, or the pod is seen unbound
-afterwards, the lock it wrote is released and the bind refused; if the Binding landed
-after all, the bind succeeded; if that cannot be told (the API does not answer), the lock
-is kept (the device plugin, or ``--lock-ttl``, frees it) and the bind refused, since
-releasing it under a pod that may be bound would hand its chips to the next bind. Events
-record each outcome.
+Every bind answers within ``bind_timeout`` (below kube-scheduler's ``httpTimeout``): its
+work (queue, lock wait, fit, Binding) must end ``ROLLBACK_SECONDS`` before that, and each
+API call under it waits no longer than the time left (``cluster.deadline_at``). A bind
+whose work runs out of time is rolled back in the seconds kept for it: if the Binding was
+not sent, or the pod is seen unbound afterwards, the lock it wrote is released and the bind
+refused; if the Binding landed after all, the bind succeeded; if that cannot be told (the
+API does not answer), the lock is kept (the device plugin, or ``--lock-ttl``, frees it)
+and the bind refused, since releasing it under a pod that may be bound would hand its chips
+to the next bind. Events record each outcome.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ import structlog
 
 from vnpu_core import allocator, binding, catalog, ledger, nodes, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, placement, wire
+from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, placement, settings, wire
 from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 Runner = Callable[..., Awaitable[Any]]
 log = structlog.get_logger(__name__)
-ROLLBACK_SECONDS = 2.0
+ROLLBACK_SECONDS = settings.BIND_ROLLBACK_SECONDS
+"""The end of a bind's ``bind_timeout`` kept for rolling it back."""
 
 
 def _uid(pod: Json) -> str:
@@ -138,8 +139,9 @@ class Binder:
         pod: Json = {"metadata": {"name": args.PodName, "namespace": args.PodNamespace}}
         started = time.monotonic()
         try:
-            async with asyncio.timeout(self._deadline):
-                with cluster.deadline_at(started + self._deadline):
+            work = self._deadline - ROLLBACK_SECONDS
+            async with asyncio.timeout(work):
+                with cluster.deadline_at(started + work):
                     pod = await self._pod(args, who)
                     return await self._place(pod, args.Node, who, progress)
         except TimeoutError:
@@ -154,7 +156,7 @@ class Binder:
             self._stats.binds.labels("failed").inc()
             self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {args.Node}: {exc}")
             raise
-        with cluster.deadline_at(time.monotonic() + ROLLBACK_SECONDS):
+        with cluster.deadline_at(started + self._deadline):
             return await self._roll_back(pod, args.Node, who, progress)
 
     async def _pod(self, args: wire.ExtenderBindingArgs, who: str) -> Json:
@@ -275,6 +277,8 @@ class Binder:
             return self._already(node, elsewhere[0], who, elsewhere[1])
         queued, locking, fitting, writing = (b - a for a, b in itertools.pairwise(steps))
         log.debug("bind_steps", queued=queued, lock=locking, fit=fitting, binding=writing)
+        if request.notes:  # read as HAMi or Volcano read it (a clamped core percentage, ...)
+            self.event(pod, "Warning", "NPURequestAdjusted", "; ".join(request.notes))
         return self._bound(pod, node, annotations, describe(assignment))
 
     def _bound(self, pod: Json, node: str, annotations: dict[str, str], text: str) -> str:
@@ -293,11 +297,11 @@ class Binder:
     async def _roll_back(self, pod: Json, node: str, who: str, progress: _Progress) -> str:
         """The deadline passed: undo what this bind wrote, unless its Binding landed after all."""
         namespace, name = who.split("/", 1)
-        limit = f"did not finish within {self._deadline:g} s (--bind-timeout)"
+        limit = f"did not finish in time (--bind-timeout {self._deadline:g} s)"
         outcome = "unknown"
         if progress.binding is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(progress.binding), ROLLBACK_SECONDS)
+                await asyncio.wait_for(asyncio.shield(progress.binding), ROLLBACK_SECONDS / 2)
                 outcome = "bound"
             except TimeoutError:
                 outcome = "unknown"

@@ -17,6 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from vnpu_core import requests
 from vnpu_scheduler import errors
 
+BIND_ROLLBACK_SECONDS = 2.0
+"""The end of ``bind_timeout`` a bind keeps for rolling back (``binder.ROLLBACK_SECONDS``)."""
+
 
 class Settings(BaseSettings):
     """Everything the scheduler can be told; durations are in seconds."""
@@ -70,7 +73,7 @@ class Settings(BaseSettings):
     lock_clock_skew: float = pydantic.Field(default=30.0, ge=0)
     """A node lock dated further than this in the future is invalid (a wrong clock wrote it)."""
     bind_timeout: float = pydantic.Field(default=25.0, gt=0)
-    """Deadline of one bind, lock wait included; past it the bind is rolled back and refused."""
+    """Every bind answers within this, lock wait included; one cut short is rolled back."""
     release_lock_after_bind: bool = False
     """Release the node lock right after the Binding, for device plugins that never release it."""
     bind_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -130,12 +133,14 @@ class Settings(BaseSettings):
 
     @pydantic.model_validator(mode="after")
     def _bind_deadline(self) -> Settings:
-        if self.bind_timeout <= self.lock_wait:
+        if self.bind_timeout <= self.lock_wait + BIND_ROLLBACK_SECONDS:
             raise _Rule(
                 "bind_timeout",
                 self.bind_timeout,
-                f"must exceed lock_wait ({self.lock_wait:g}): a bind may wait that long for a "
-                "node lock and then still has to write the Binding",
+                f"must exceed lock_wait ({self.lock_wait:g}) by more than "
+                f"{BIND_ROLLBACK_SECONDS:g} s: a bind may wait lock_wait for a node lock, then "
+                f"writes the Binding, and keeps its last {BIND_ROLLBACK_SECONDS:g} s for rolling "
+                "back",
             )
         return self
 
