@@ -33,6 +33,7 @@ from vnpu_device_plugin.npu import backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 CW = "Ascend310P"
+UID = "3f2b8c1e-5d4a-4e6f-9a7b-0c1d2e3f4a5b"
 
 
 def _chip(phy: int, model: str = "310P3", aicore: int = 8) -> backend.ChipInfo:
@@ -158,7 +159,7 @@ def _pod(
         "metadata": {
             "name": "p",
             "namespace": "ns",
-            "uid": "u-1",
+            "uid": UID,
             "resourceVersion": "9",
             "annotations": notes,
         },
@@ -193,7 +194,7 @@ def test_plan_names_containers_in_hamis_layout_after_erasure() -> None:
     assert [d.template for d in train.devices] == [None, None]
     assert train.chip_uuids == tuple(sorted([u[1], u[2]]))
     assert plan.started
-    assert (plan.uid, plan.resource_version) == ("u-1", "9")
+    assert (plan.uid, plan.resource_version) == (UID, "9")
 
 
 def test_plan_names_containers_in_volcanos_layout_and_reads_temp_by_position() -> None:

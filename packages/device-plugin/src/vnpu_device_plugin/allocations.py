@@ -1,24 +1,31 @@
 """Serving kubelet's Allocate and GetPreferredAllocation for the pods the scheduler placed here.
 
 ``Allocations.allocate`` runs one Allocate, under one lock (kubelet admits pods one at a
-time; the reconciler takes the same lock):
+time; the reconciler takes the same lock), which an Allocate waiting for its pod to show
+in the API does not hold:
 
 1. map kubelet's device ids to chips (an id we never advertised: ``UnknownDevice``);
-2. identify the pod (``finder``); a pod whose annotations cannot be served is failed;
-3. for each container asked for, take the pod's next container entry; in managed mode
+2. identify the pod (``finder``); a pod whose annotations or names cannot be served is
+   failed;
+3. check the containers' decision against what is held on their chips (``holdings``: the
+   grant book, the ledger, kubelet's PodResources); a decision that takes what a live pod
+   holds, or goes over a budget, fails the pod (``GrantConflict``) with a Warning event;
+4. for each container asked for, take the pod's next container entry; in managed mode
    create its vNPUs (``lifecycle``: intent, create, owned), in soft mode make its
    hami-vnpu-core directory; build the environment (``environment``). A chip short of
    room for a vNPU first has the vNPUs of owners that are done reclaimed (``reclaim``,
    the checks of the periodic pass, with a fresh list of the node's pods), then the create
    is tried once more; a whole chip handed out in managed mode has them reclaimed too;
-4. write the pod back in one merge patch carrying the resourceVersion it was read at:
+5. record every device handed out in the grant book (``grants``, durable);
+6. write the pod back in one merge patch carrying the resourceVersion it was read at:
    ``-devices-to-allocate`` with the served entries erased (HAMi's grammar) and, once no
    container is left (for any chip model), ``bind-phase: success``. A 409 re-reads the
    pod and redoes the patch if the entries are still the ones just served;
-5. release the node lock (when it names this pod, or names nobody) once the pod is done.
+7. release the node lock (when it names this pod, or names nobody) once the pod is done.
 
-Any failure after step 2 rolls back the vNPUs made in this call, sets ``bind-phase:
-failed``, releases the lock and answers the error; ``devices-allocated`` is never touched.
+Any failure after step 2 rolls back the vNPUs and grants made in this call, sets
+``bind-phase: failed``, releases the lock and answers the error; ``devices-allocated`` is
+never touched.
 The device ids a served pod's regular containers got are remembered
 (``podresources.Handouts``) so a pod created again under the same name is told apart from
 the old one in PodResources. ``GetPreferredAllocation`` returns ids on the chips of the
@@ -29,8 +36,10 @@ PodResources) name the real chips. ``service`` calls both.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -43,6 +52,8 @@ from vnpu_device_plugin import (
     environment,
     errors,
     finder,
+    grants,
+    holdings,
     ledger,
     lifecycle,
     metrics,
@@ -57,6 +68,7 @@ from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
+EVENT_SOURCE = "vnpu-device-plugin"
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,8 @@ class Allocations:
         pods: finder.Finder,
         vnpus: lifecycle.Lifecycle,
         reclaimer: reclaim.Reclaimer,
+        held: holdings.Holdings,
+        book: grants.Book,
         stats: metrics.Metrics,
         crash: crashpoints.CrashPoints,
         *,
@@ -94,6 +108,8 @@ class Allocations:
         self._finder = pods
         self._vnpus = vnpus
         self._reclaimer = reclaimer
+        self._holdings = held
+        self._book = book
         self._stats = stats
         self._crash = crash
         self._mode = mode
@@ -107,13 +123,15 @@ class Allocations:
     def allocate(self, request: api_pb2.AllocateRequest) -> tuple[api_pb2.AllocateResponse, Served]:
         chips = self._chips(request)
         ids = [list(c.devices_ids) for c in request.container_requests]
-        with self.lock:
-            found = self._finder.find(chips)
+
+        def serve(found: finder.Found) -> tuple[api_pb2.AllocateResponse, Served]:
             if found.broken is not None:
                 self._fail(found.pod, found.broken)
                 raise found.broken
             assert found.plan is not None
             return self._serve(found, found.plan, chips, ids)
+
+        return self._finder.find(chips, self.lock, serve)
 
     def _chips(self, request: api_pb2.AllocateRequest) -> list[list[backend.ChipInfo]]:
         if not request.container_requests:
@@ -136,18 +154,23 @@ class Allocations:
     ) -> tuple[api_pb2.AllocateResponse, Served]:
         containers = plan.pending[: len(chips)]
         made: list[ledger.Record] = []
+        given: list[grants.Grant] = []
         responses = []
         try:
-            for container in containers:
+            self._holdings.check(plan, containers)
+            for container, container_ids in zip(containers, ids, strict=False):
                 vnpu_ids = self._prepare(plan, container, made)
                 responses.append(
                     environment.response(self._mode, plan, container, vnpu_ids, self._paths)
                 )
+                given += self._grants(plan, container, container_ids, vnpu_ids)
+            self._book.put(plan.uid, [c.container for c in containers], given)
             self._crash.reach(crashpoints.AFTER_LEDGER)
             done = self._commit(found.pod, plan, len(containers))
             self._crash.reach(crashpoints.AFTER_PATCH)
         except Exception as exc:
             self._vnpus.rollback(made)
+            self._book.remove(*given)
             self._fail(found.pod, exc)
             self._on_failure()
             raise
@@ -166,12 +189,55 @@ class Allocations:
         )
         return api_pb2.AllocateResponse(container_responses=responses), served
 
+    def _grants(
+        self,
+        plan: podplan.PodPlan,
+        container: podplan.ContainerPlan,
+        device_ids: Sequence[str],
+        vnpu_ids: Sequence[int],
+    ) -> list[grants.Grant]:
+        """What the container is given, one grant per device, for the grant book."""
+        now = time.time()
+        given = []
+        for number, device in enumerate(container.devices):
+            if plan.soft:
+                kind = grants.Kind.SOFT
+            elif device.template is not None:
+                kind = grants.Kind.VNPU
+            else:
+                kind = grants.Kind.WHOLE
+            vnpu_id = vnpu_ids[number] if kind is grants.Kind.VNPU and vnpu_ids else grants.NO_VNPU
+            given.append(
+                grants.Grant(
+                    pod_uid=plan.uid,
+                    namespace=plan.namespace,
+                    pod=plan.name,
+                    container=container.container,
+                    init=container.init,
+                    chip=device.chip.phy_id,
+                    chip_uuid=device.chip.uuid,
+                    kind=kind,
+                    template=device.template or "",
+                    vnpu_id=vnpu_id,
+                    memory_mib=device.memory_mib,
+                    cores=device.cores,
+                    device_ids=tuple(device_ids),
+                    granted_at=now,
+                )
+            )
+        return given
+
     def _prepare(
         self, plan: podplan.PodPlan, container: podplan.ContainerPlan, made: list[ledger.Record]
     ) -> list[int]:
         """Make what the container needs before it starts; the vNPU ids created (managed mode)."""
         if plan.soft:
             directory = self._paths.container_dir(plan.uid, container.container)
+            parent = self._paths.core_dir / "containers"
+            if directory.parent != parent or directory.name in ("", ".", ".."):
+                raise errors.InvalidName(  # names are checked when read: a second fence
+                    plan.who, "container", container.container, f"not a directory name in {parent}"
+                )
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -291,7 +357,40 @@ class Allocations:
             )
         except kubeapi.ApiError as exc:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
+        if isinstance(error, errors.GrantConflict | errors.InvalidName):
+            self._warn(pod, type(error).__name__, str(error))
         self._release_for(namespace, name)
+
+    def _warn(self, pod: Json, reason: str, message: str) -> None:
+        """A Warning event on the pod, as ``kubectl describe pod`` shows it; best effort."""
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": EVENT_SOURCE, "host": self._inventory.node},
+            "reportingComponent": EVENT_SOURCE,
+            "reportingInstance": self._inventory.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._api.create_event(namespace, event)
+        except kubeapi.ApiError as exc:
+            log.warning("event_not_recorded", reason=reason, error=str(exc))
 
     def _release_for(self, namespace: str, name: str) -> None:
         """Remove the node lock if it names this pod or nobody (Volcano's bare form)."""

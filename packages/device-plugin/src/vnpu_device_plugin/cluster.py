@@ -11,8 +11,9 @@ thread may ``close`` to end the blocked read at once. ``retrying`` repeats a cal
 API could not answer (5xx, 429, no connection) with bounded exponential backoff; a 409 is
 the caller's to handle, since only it knows what to re-read.
 
-Callers: ``finder`` and ``allocation`` (pods, the node lock), ``publisher`` (node
-annotations), ``reconciler`` and ``reclaim`` (the node's pods), ``podwatch`` (the watch).
+Callers: ``finder`` and ``allocation`` (pods, the node lock, events about refused pods),
+``publisher`` (node annotations), ``reconciler``, ``reclaim`` and ``holdings`` (the node's
+pods), ``podwatch`` (the watch).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import kubernetes
 
@@ -58,6 +59,8 @@ class Cluster(Protocol):
         annotations: dict[str, str | None],
         resource_version: str = "",
     ) -> Json: ...
+
+    def create_event(self, namespace: str, event: Json) -> None: ...
 
 
 class PodStream(Protocol):
@@ -196,6 +199,15 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             ),
             f"patch pod {namespace}/{name}",
+        )
+
+    def create_event(self, namespace: str, event: Json) -> None:
+        """Record a core/v1 Event (``event`` is its body) in ``namespace``."""
+        kubeapi.fetch(
+            lambda: self._core.create_namespaced_event(
+                namespace, cast(Any, event), _preload_content=False, _request_timeout=self._timeout
+            ),
+            f"create event in {namespace}",
         )
 
 

@@ -1,9 +1,10 @@
 """Errors of the device plugin service (the NPU access layer has its own, in ``npu.errors``).
 
 ``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation`` for a pod whose
-scheduler annotations cannot be served; ``devices`` raises ``UnknownDevice``; ``lifecycle``
-raises ``VnpuFailed`` and ``ledger`` ``LedgerError``. The gRPC servicer (``service``) turns
-each into a status code::
+scheduler annotations cannot be served and ``names`` ``InvalidName`` for a name it will not
+put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``GrantConflict``;
+``lifecycle`` raises ``VnpuFailed``; ``ledger``, ``grants`` and ``statefile`` raise
+``LedgerError``. The gRPC servicer (``service``) turns each into a status code::
 
     DevicePluginError
     ├── SettingsError       a flag, environment value, file or kubeconfig is invalid at start (field, value)
@@ -11,8 +12,11 @@ each into a status code::
     │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
     │   ├── PodNotIdentified no pod, or no single pod, matches the request       -> FAILED_PRECONDITION
     │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
+    │   ├── InvalidName     a pod, namespace, container name or UID is malformed (field, value) -> INVALID_ARGUMENT
+    │   ├── GrantConflict   the decision takes what this plugin granted a live pod (chip, reason)
+    │   │                   -> FAILED_PRECONDITION (chip held) / RESOURCE_EXHAUSTED (over a budget)
     │   └── VnpuFailed      the driver refused or failed a vNPU create           -> RESOURCE_EXHAUSTED / INTERNAL
-    └── LedgerError         the ownership ledger cannot be read or written (path)
+    └── LedgerError         a state file (ownership ledger, grant book) cannot be read or written (path)
 
 The Kubernetes API's refusals and outages are ``vnpu_service.kubeapi.ApiError`` and its
 subclasses (``NotFound``, ``Conflict``, ``Expired``, ``Invalid``, ``Unavailable``):
@@ -89,6 +93,49 @@ class BadAnnotation(AllocateError):
         if len(shown) > 120:
             shown = shown[:117] + "..."
         super().__init__(f"pod {pod}: annotation {key}: {problem} (got {shown})")
+
+
+class InvalidName(AllocateError):
+    """Pod ``pod`` (namespace/name as given) carries ``value`` in ``field``, which breaks ``rule``."""
+
+    code = "INVALID_ARGUMENT"
+    result = "invalid_name"
+
+    def __init__(self, pod: str, field: str, value: object, rule: str) -> None:
+        self.pod = pod
+        self.field = field
+        self.value = value
+        self.rule = rule
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        super().__init__(f"pod {pod}: {field} {shown} is {rule}")
+
+
+class GrantConflict(AllocateError):
+    """The decision for pod ``pod`` would give away what live pods ``holders`` hold on chip ``chip``.
+
+    ``reason`` is one of ``metrics.CONFLICT_REASONS``: ``held_whole`` (another pod holds the
+    chip whole), ``held_shared`` (a whole chip, or another sharing mode, is asked of a chip
+    others share), ``over_budget`` (a vNPU or soft slice would go over a budget).
+    """
+
+    result = "grant_conflict"
+
+    def __init__(
+        self, pod: str, chip: int, reason: str, holders: tuple[str, ...], problem: str
+    ) -> None:
+        self.pod = pod
+        self.chip = chip
+        self.reason = reason
+        self.holders = holders
+        self.problem = problem
+        self.code = "RESOURCE_EXHAUSTED" if reason == "over_budget" else "FAILED_PRECONDITION"
+        shown = ", ".join(holders[:5]) + (", ..." if len(holders) > 5 else "")
+        super().__init__(
+            f"pod {pod}: the decision conflicts with what this node granted on chip {chip}: "
+            f"{problem} (held by {shown})"
+        )
 
 
 class VnpuFailed(AllocateError):

@@ -23,19 +23,25 @@ bound; so binding order comes first and creation only breaks ties.
 
 A pod whose annotations cannot be read is only named when it is certain (the lock owner,
 or the only pod waiting); then Allocate fails that pod with the annotation's key. When
-nothing matches, the finder reads the API again until ``wait`` seconds have passed (the
-Binding may not be visible yet), then raises ``errors.PodNotIdentified`` with what it saw.
-Without an owner lock two waiting pods with the same device count are told apart only by
-this order: a node shared by schedulers that do not lock can still be served wrongly.
-``allocations`` calls ``find`` for Allocate and ``guess`` for GetPreferredAllocation.
+nothing matches and some pod bound here could still become the one (Pending, not served
+yet, a container of its spec asking for as many devices of this resource as kubelet does:
+its decision may not be visible yet), the finder reads the API again until ``wait``
+seconds have passed; when no pod could, it answers at once. Either way it raises
+``errors.PodNotIdentified`` with what it saw. The caller's lock is held for each look and
+for serving what it found, never while waiting, so an Allocate that waits does not hold
+up the others. Without an owner lock two waiting pods with the same device count are told
+apart only by this order: a node shared by schedulers that do not lock can still be served
+wrongly. ``allocations`` calls ``find`` for Allocate and ``guess`` for
+GetPreferredAllocation.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -47,6 +53,8 @@ from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
+T = TypeVar("T")
+Unservable = errors.BadAnnotation | errors.InvalidName
 
 
 def _who(pod: Mapping[str, Any]) -> str:
@@ -60,7 +68,7 @@ class Found:
 
     pod: Json
     plan: podplan.PodPlan | None
-    broken: errors.BadAnnotation | None = None
+    broken: Unservable | None = None
     how: str = ""  # lock-owner, steered, count, only-pod
 
     @property
@@ -72,7 +80,7 @@ class Found:
 class _Candidate:
     pod: Json
     plan: podplan.PodPlan | None
-    broken: errors.BadAnnotation | None
+    broken: Unservable | None
 
     @property
     def who(self) -> str:
@@ -124,6 +132,42 @@ def _waiting_here(pod: Mapping[str, Any], node: str, word: str) -> bool:
     )
 
 
+def _asks_for(pod: Mapping[str, Any], resource: str, count: int) -> bool:
+    """Some container of the pod's spec (init or not) asks for ``count`` of ``resource``."""
+    spec = pod.get("spec") or {}
+    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            if str((resources.get(part) or {}).get(resource, "")) == str(count):
+                return True
+    return False
+
+
+def _may_become(pod: Mapping[str, Any], node: str, resource: str, count: int) -> bool:
+    """The pod could still be the one an Allocate for ``count`` devices is for, once its
+    decision shows: bound here, Pending, not being deleted, not served or failed yet, and
+    a container asking for that many devices."""
+    meta = pod.get("metadata") or {}
+    phase = (meta.get("annotations") or {}).get(protocol.BIND_PHASE_KEY)
+    return (
+        (pod.get("spec") or {}).get("nodeName") == node
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and not meta.get("deletionTimestamp")
+        and phase not in (protocol.BindPhase.SUCCESS.value, protocol.BindPhase.FAILED.value)
+        and _asks_for(pod, resource, count)
+    )
+
+
+@dataclass(frozen=True)
+class _Look:
+    """One look at the API: what was found, or what was seen instead."""
+
+    found: Found | None
+    owner: _Candidate | None
+    waiting: list[_Candidate]
+    prospects: int  # pods bound here that may still turn out to be the one
+
+
 def _fits(plan: podplan.PodPlan | None, chips: Sequence[Sequence[backend.ChipInfo]]) -> bool:
     """The plan's next containers need as many devices as kubelet asks for, container by container."""
     if plan is None or len(plan.pending) < len(chips):
@@ -165,7 +209,7 @@ class Finder:
     def _candidate(self, pod: Json) -> _Candidate:
         try:
             return _Candidate(pod, podplan.read(pod, self._inventory), None)
-        except errors.BadAnnotation as exc:
+        except (errors.BadAnnotation, errors.InvalidName) as exc:
             return _Candidate(pod, None, exc)
 
     def _owner(self) -> _Candidate | None:
@@ -191,12 +235,17 @@ class Finder:
             return None
         return self._candidate(pod)
 
-    def _waiting(self) -> list[_Candidate]:
+    def _listed(self) -> list[Json]:
+        node = self._inventory.node
+        pods: list[Json] = self._read(lambda: self._api.list_pods(node))
+        return pods
+
+    def _waiting(self, pods: list[Json] | None = None) -> list[_Candidate]:
         """Every pod waiting here, in admission order (one LIST of the node's pods)."""
         node = self._inventory.node
         word = self._inventory.common_word
-        pods: list[Json] = self._read(lambda: self._api.list_pods(node))
-        waiting = [self._candidate(p) for p in pods if _waiting_here(p, node, word)]
+        listed = self._listed() if pods is None else pods
+        waiting = [self._candidate(p) for p in listed if _waiting_here(p, node, word)]
         waiting.sort(key=lambda c: c.order)
         return waiting
 
@@ -230,32 +279,55 @@ class Finder:
             return Found(waiting[0].pod, None, waiting[0].broken, "only-pod")
         return None
 
-    def find(self, chips: Sequence[Sequence[backend.ChipInfo]]) -> Found:
-        """The pod kubelet's Allocate (devices on ``chips``, per container) is for."""
-        deadline = time.monotonic() + self._wait
+    def _look(self, chips: Sequence[Sequence[backend.ChipInfo]]) -> _Look:
+        owner = self._owner()
+        found = self._by_owner(owner, chips)
+        if found is not None:
+            return _Look(found, owner, [], 0)
+        pods = self._listed()
+        waiting = self._waiting(pods)
+        found = self._decide(owner, waiting, chips)
+        if found is not None:
+            if found.how == "count":
+                log.warning(
+                    "allocate_not_on_scheduled_chips",
+                    pod=found.who,
+                    kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
+                )
+            return _Look(found, owner, waiting, 0)
+        node, resource = self._inventory.node, self._inventory.resource_name
+        count = len(chips[0]) if chips else 0
+        prospects = sum(1 for p in pods if _may_become(p, node, resource, count))
+        return _Look(None, owner, waiting, prospects)
+
+    def find(
+        self,
+        chips: Sequence[Sequence[backend.ChipInfo]],
+        lock: AbstractContextManager[Any],
+        serve: Callable[[Found], T],
+    ) -> T:
+        """``serve`` the pod kubelet's Allocate (devices on ``chips``, per container) is for.
+
+        Each look at the API and ``serve`` run under ``lock``; the pauses between looks do
+        not. Raises ``errors.PodNotIdentified`` after ``wait`` seconds, or at once when no
+        pod bound here could be the one.
+        """
+        start = time.monotonic()
+        deadline = start + self._wait
         pause = 0.05
         while True:
-            owner = self._owner()
-            found = self._by_owner(owner, chips)
-            if found is not None:
-                return found
-            waiting = self._waiting()
-            found = self._decide(owner, waiting, chips)
-            if found is not None:
-                if found.how == "count":
-                    log.warning(
-                        "allocate_not_on_scheduled_chips",
-                        pod=found.who,
-                        kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
-                    )
-                return found
-            if time.monotonic() >= deadline:
+            with lock:
+                look = self._look(chips)
+                if look.found is not None:
+                    return serve(look.found)
+            now = time.monotonic()
+            if not look.prospects or now >= deadline:
                 raise errors.PodNotIdentified(
                     self._inventory.node,
-                    _why(owner, waiting, chips, self._wait),
-                    tuple(c.who for c in waiting),
+                    _why(look, chips, now - start, self._inventory.resource_name),
+                    tuple(c.who for c in look.waiting),
                 )
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(pause, max(0.0, deadline - now)))
             pause = min(pause * 2, 0.5)
 
     def guess(self, count: int) -> podplan.PodPlan | None:
@@ -275,27 +347,30 @@ def _next_needs(plan: podplan.PodPlan, count: int) -> bool:
 
 
 def _why(
-    owner: _Candidate | None,
-    waiting: list[_Candidate],
+    look: _Look,
     chips: Sequence[Sequence[backend.ChipInfo]],
-    wait: float,
+    waited: float,
+    resource: str,
 ) -> str:
+    owner, waiting = look.owner, look.waiting
     asked = " + ".join(str(len(ids)) for ids in chips)
+    if look.prospects:
+        after = f"after {waited:.1f} s"
+    else:
+        after = f"answered at once: no pod bound here asks for {asked} {resource} in its spec"
     if owner is not None and owner.plan is not None:
         needs = " + ".join(str(len(c.devices)) for c in owner.plan.pending[: len(chips)])
         return (
             f"the node lock names pod {owner.who}, whose next container needs {needs} device(s), "
-            f"but kubelet asks for {asked} (waited {wait:.1f} s)"
+            f"but kubelet asks for {asked} ({after})"
         )
     if not waiting:
         return (
-            f"no pod bound to this node waits for devices (bind-phase allocating) after {wait:.1f} s; "
+            f"no pod bound to this node waits for devices (bind-phase allocating) {after}; "
             "was the pod scheduled by an NPU-aware scheduler?"
         )
     shown = ", ".join(
         f"{c.who} needs {len(c.plan.pending[0].devices)}" if c.plan else f"{c.who} unreadable"
         for c in waiting[:5]
     )
-    return (
-        f"kubelet asks for {asked} device(s); no waiting pod matches ({shown}) after {wait:.1f} s"
-    )
+    return f"kubelet asks for {asked} device(s); no waiting pod matches ({shown}) {after}"

@@ -1,7 +1,7 @@
 """The vNPU ownership ledger: which pod container each vNPU this plugin created belongs to.
 
-One JSON file, ``<state dir>/ledger.json``, rewritten whole on every change: the new text
-goes to ``ledger.json.tmp`` and is renamed over the old file, so after a crash the file is
+One JSON file, ``<state dir>/ledger.json``, rewritten whole on every change (``statefile``):
+the new text goes to ``ledger.json.tmp`` and is renamed over the old file, so after a crash the file is
 either the old or the new version, never half of one. Adding records is also durable
 (file and directory fsync'ed before ``add`` returns), since a record must exist before
 its vNPU does. Turning an intent into ``owned`` and removing records only narrow what the
@@ -21,14 +21,12 @@ each get a record for the same vNPU; it is destroyed only when every owner is do
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from vnpu_device_plugin import errors
+from vnpu_device_plugin import errors, statefile
 
 FILE = "ledger.json"
 FORMAT = "vnpu-device-plugin-ledger/v1"
@@ -117,51 +115,17 @@ class Ledger:
         self._write(self._records)  # proves the directory is writable before serving
 
     def _load(self) -> tuple[Record, ...]:
-        where = str(self.path)
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return ()
-        except OSError as exc:
-            raise errors.LedgerError(where, f"cannot read: {exc}") from exc
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise errors.LedgerError(
-                where, f"not JSON ({exc}); move it aside to start with an empty ledger"
-            ) from exc
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise errors.LedgerError(where, f"not a ledger of format {FORMAT}")
-        raw = document.get("records")
-        if not isinstance(raw, list):
-            raise errors.LedgerError(where, "records is not a list")
-        return tuple(_record(where, i, item) for i, item in enumerate(raw))
+        raw = statefile.read(self.path, FORMAT, "ledger")
+        return tuple(_record(str(self.path), i, item) for i, item in enumerate(raw))
 
     def _write(self, records: tuple[Record, ...], *, durable: bool = True) -> None:
-        document = {
-            "format": FORMAT,
-            "records": [
-                {**dataclasses.asdict(r), "state": r.state.value}
-                for r in sorted(records, key=lambda r: (r.chip, r.vnpu_id, r.pod_uid, r.container))
-            ],
-        }
-        text = json.dumps(document, indent=1, sort_keys=True) + "\n"
-        temporary = self.path.with_name(FILE + ".tmp")
-        try:
-            with temporary.open("w", encoding="utf-8") as out:
-                out.write(text)
-                out.flush()
-                if durable:
-                    os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-            if durable:
-                directory = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(directory)
-                finally:
-                    os.close(directory)
-        except OSError as exc:
-            raise errors.LedgerError(str(self.path), f"cannot write: {exc}") from exc
+        ordered = sorted(records, key=lambda r: (r.chip, r.vnpu_id, r.pod_uid, r.container))
+        statefile.write(
+            self.path,
+            FORMAT,
+            [{**dataclasses.asdict(r), "state": r.state.value} for r in ordered],
+            durable=durable,
+        )
 
     def records(self) -> tuple[Record, ...]:
         with self._lock:

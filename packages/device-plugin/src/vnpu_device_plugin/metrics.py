@@ -14,6 +14,8 @@ from the closed sets below, never from pods or chips.
 | ``vnpu_device_plugin_vnpus_reclaimed_total`` | ``reason``: ``RECLAIM_REASONS`` |
 | ``vnpu_device_plugin_vnpus_reclaimed_by_trigger_total`` | ``trigger``: ``RECLAIM_TRIGGERS`` |
 | ``vnpu_device_plugin_pod_watch_restarts_total`` | ``reason``: ``WATCH_RESTART_REASONS`` |
+| ``vnpu_device_plugin_grant_conflicts_total`` | ``reason``: ``CONFLICT_REASONS`` |
+| ``vnpu_device_plugin_reclaims_withheld_total`` | ``reason``: ``WITHHELD_REASONS`` |
 | ``vnpu_device_plugin_vnpus_owned`` | |
 | ``vnpu_device_plugin_health_transitions_total`` | ``to``: healthy or unhealthy |
 | ``vnpu_device_plugin_chips`` | ``health``: healthy or unhealthy |
@@ -34,6 +36,8 @@ ALLOCATION_RESULTS = (
     "invalid_request",  # unknown device ids, a malformed request
     "pod_not_identified",  # no single pod matches the request
     "bad_annotation",  # the pod's annotations cannot be served; the pod is failed
+    "invalid_name",  # a namespace, pod or container name or a UID the plugin will not use
+    "grant_conflict",  # the decision takes what a live pod holds, or goes over a budget
     "vnpu_failed",  # the driver refused or failed a vNPU create
     "api_error",  # the Kubernetes API failed beyond the retries
     "failed",  # anything else
@@ -44,6 +48,16 @@ RECLAIM_TRIGGERS = (
     "watch",  # the pod watch saw the owner deleted or finished
     "allocate",  # an Allocate found the chip it must use short of room
     "periodic",  # the reconciler's pass (and the one at start)
+)
+CONFLICT_REASONS = (
+    "held_whole",  # another live pod holds the chip whole
+    "held_shared",  # a whole chip (or the other sharing mode) asked of a chip others share
+    "over_budget",  # a vNPU or soft slice would go over one of the chip's budgets
+)
+WITHHELD_REASONS = (
+    "granted_to_live_pod",  # the grant book names the vNPU for a pod that is still live
+    "unaccounted_holder",  # kubelet lists a live pod with devices on the chip nothing records
+    "owner_alive",  # the owner, looked up by name, is still there with its UID
 )
 WATCH_RESTART_REASONS = (
     "expired",  # 410: the revision is too old; the pods are listed again
@@ -92,6 +106,20 @@ class Metrics:
             "vnpu_device_plugin_vnpus_reclaimed_by_trigger",
             "vNPUs destroyed because nobody needed them any more, by what started the reclaim.",
             ["trigger"],
+            registry=r,
+        )
+        self.grant_conflicts = Counter(
+            "vnpu_device_plugin_grant_conflicts",
+            "Allocates refused because the decision takes what this plugin granted a live pod, "
+            "or goes over a chip's budget, by why.",
+            ["reason"],
+            registry=r,
+        )
+        self.reclaims_withheld = Counter(
+            "vnpu_device_plugin_reclaims_withheld",
+            "vNPUs whose recorded owners are done but which were kept because a live container "
+            "may still use them, by what said so.",
+            ["reason"],
             registry=r,
         )
         self.vnpus_owned = Gauge(
@@ -149,6 +177,10 @@ class Metrics:
             self.vnpus_reclaimed.labels(reason)
         for trigger in RECLAIM_TRIGGERS:
             self.vnpus_reclaimed_by_trigger.labels(trigger)
+        for reason in CONFLICT_REASONS:
+            self.grant_conflicts.labels(reason)
+        for reason in WITHHELD_REASONS:
+            self.reclaims_withheld.labels(reason)
         for reason in WATCH_RESTART_REASONS:
             self.pod_watch_restarts.labels(reason)
         for state in ("healthy", "unhealthy"):

@@ -2,8 +2,8 @@
 
 ``__main__`` builds one ``Plugin`` and runs it until SIGTERM; tests build it in-process with
 their own backend and API (``npu=``, ``api=``). Start-up, in order: open the NPU backend and
-read the chips; load the device config; build the inventory; open the ledger (a broken one
-stops the start); poll health once; reconcile once (so vNPUs left by a crash are settled
+read the chips; load the device config; build the inventory; open the ledger and the grant
+book (a broken one stops the start); poll health once; reconcile once (so vNPUs left by a crash are settled
 before anything is served); publish the node annotations; serve the socket and register
 with kubelet; then start the pollers, the reconciler, the pod watch and ``/metrics``. Any failure before serving raises
 ``errors.SettingsError``, ``errors.LedgerError`` or the backend's ``NpuError``, naming the
@@ -27,7 +27,9 @@ from vnpu_device_plugin import (
     environment,
     errors,
     finder,
+    grants,
     health,
+    holdings,
     ledger,
     lifecycle,
     metrics,
@@ -65,6 +67,10 @@ def load_models(path: Path | None) -> catalog.Catalog:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise errors.SettingsError("device_config", str(path), f"cannot read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise errors.SettingsError(
+            "device_config", str(path), f"not UTF-8 text (byte {exc.start})"
+        ) from exc
     try:
         loaded = deviceconfig.load(text, source=str(path))
     except core_errors.ConfigError as exc:
@@ -122,6 +128,7 @@ class Plugin:
             api = self._own_api
         self.api = api
         self.ledger = ledger.Ledger(options.state_dir)
+        self.grants = grants.Book(options.state_dir)
         self.board = health.Board()
         self.lock = threading.Lock()
         crash = crashpoints.CrashPoints(options.crash_at)
@@ -130,6 +137,10 @@ class Plugin:
         self.kubelet_view = podresources.Reader(
             options.pod_resources_socket, self.inventory.resource_name
         )
+        handouts = podresources.Handouts()
+        for grant in sorted(self.grants.records(), key=lambda g: g.granted_at):
+            if not grant.init:  # what kubelet lists of the pods served before a restart
+                handouts.record(grant.pod_uid, grant.device_ids)
         self.reclaimer = reclaim.Reclaimer(
             self.npu,
             self.ledger,
@@ -138,7 +149,17 @@ class Plugin:
             self.stats,
             node=options.node_name,
             kubelet=self.kubelet_view.listing,
-            handouts=podresources.Handouts(),
+            handouts=handouts,
+            book=self.grants,
+        )
+        self.holdings = holdings.Holdings(
+            self.inventory,
+            self.grants,
+            self.ledger,
+            api,
+            self.stats,
+            kubelet=self.kubelet_view.listing,
+            attempts=options.api_attempts,
         )
         self.reconciler = reconciler.Reconciler(
             self.npu,
@@ -170,7 +191,9 @@ class Plugin:
             retry=options.report_retry,
             offset=options.report_time_offset,
             attempts=options.api_attempts,
+            granted=self.holdings.annotation,
         )
+        self.grants.on_change = self.publisher.poke
         self.health = health.HealthMonitor(
             self.npu,
             self.inventory,
@@ -193,6 +216,8 @@ class Plugin:
             pods,
             self.vnpus,
             self.reclaimer,
+            self.holdings,
+            self.grants,
             self.stats,
             crash,
             mode=options.vnpu_mode,

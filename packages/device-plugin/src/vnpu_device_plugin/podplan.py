@@ -7,7 +7,8 @@ A scheduler (vnpu's, HAMi's, or Volcano's deviceshare) leaves on the pod, per ch
 template, or soft-mode memory and cores, of each device). ``read`` turns them into a
 ``PodPlan``: the containers still to serve, in order, each with its chips, the container's
 name and what each device is (whole chip, hard vNPU template, soft slice). Anything it
-cannot serve raises ``errors.BadAnnotation`` naming the key. ``finder`` and
+cannot serve raises ``errors.BadAnnotation`` naming the key; a namespace, pod name, UID or
+container name the plugin will not put in a path raises ``errors.InvalidName``. ``finder`` and
 ``allocations`` call it.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from vnpu_core import catalog, protocol
 from vnpu_core import errors as core_errors
-from vnpu_device_plugin import devices, errors
+from vnpu_device_plugin import devices, errors, names
 from vnpu_device_plugin.npu import backend
 
 Json = dict[str, Any]
@@ -92,17 +93,25 @@ def _requests(container: Mapping[str, Any], resource: str) -> bool:
     return False
 
 
-def _names(pod: Mapping[str, Any], resource: str, entries: int) -> list[tuple[str, bool]]:
+def _names(pod: Mapping[str, Any], who: str, resource: str, entries: int) -> list[tuple[str, bool]]:
     """(name, run-to-completion init?) per annotation position, when the layout is recognisable.
 
     HAMi lists every container (init containers first, empty entries kept); Volcano lists
-    only the containers that ask for the device. Anything else gives no names.
+    only the containers that ask for the device. Anything else gives no names. Every
+    container name must be a DNS-1123 label (``errors.InvalidName``): it goes into a path.
     """
     spec = pod.get("spec") or {}
     every = [
-        (str(c.get("name", "")), c.get("restartPolicy") != "Always", c)
-        for c in spec.get("initContainers") or []
-    ] + [(str(c.get("name", "")), False, c) for c in spec.get("containers") or []]
+        (
+            names.label(who, f"spec.initContainers[{i}].name", c.get("name")),
+            c.get("restartPolicy") != "Always",
+            c,
+        )
+        for i, c in enumerate(spec.get("initContainers") or [])
+    ] + [
+        (names.label(who, f"spec.containers[{i}].name", c.get("name")), False, c)
+        for i, c in enumerate(spec.get("containers") or [])
+    ]
     if entries == len(every):
         return [(name, init) for name, init, _ in every]
     asking = [(name, init) for name, init, c in every if _requests(c, resource)]
@@ -136,10 +145,16 @@ def round_template(model: catalog.ChipModel, memory_mib: int) -> str | None:
 
 
 def read(pod: Mapping[str, Any], inventory: devices.Inventory) -> PodPlan:
-    """The pod's plan for this node's chip model; ``errors.BadAnnotation`` names what is wrong."""
+    """The pod's plan for this node's chip model; ``errors.BadAnnotation`` names what is wrong.
+
+    The pod's namespace, name, UID and container names are checked first (``names``):
+    ``errors.InvalidName`` names the field and the value.
+    """
     meta = pod.get("metadata") or {}
-    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-    who = f"{namespace}/{name}"
+    who = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    namespace = names.label(who, "metadata.namespace", meta.get("namespace"))
+    name = names.subdomain(who, "metadata.name", meta.get("name"))
+    uid = names.uid(who, "metadata.uid", meta.get("uid"))
     word = inventory.common_word
     notes = _annotations(pod)
     key = protocol.to_allocate_key(word)
@@ -158,7 +173,7 @@ def read(pod: Mapping[str, Any], inventory: devices.Inventory) -> PodPlan:
             protocol.SOFT_MODE_VALUE,
             f"node {inventory.node} does not run hami-vnpu-core",
         )
-    names = _names(pod, inventory.resource_name, len(layout))
+    containers = _names(pod, who, inventory.resource_name, len(layout))
     offsets = _device_offsets(layout)
     pending = []
     for index, entry in enumerate(pending_entries):
@@ -173,12 +188,12 @@ def read(pod: Mapping[str, Any], inventory: devices.Inventory) -> PodPlan:
             raise errors.BadAnnotation(
                 who, runtime_key, notes.get(runtime_key), "a container mixes whole chips and vNPUs"
             )
-        container, init = names[index] if index < len(names) else (f"#{index}", False)
+        container, init = containers[index] if index < len(containers) else (f"#{index}", False)
         pending.append(ContainerPlan(index, container, init, devices_))
     return PodPlan(
         namespace,
         name,
-        str(meta.get("uid", "")),
+        uid,
         str(meta.get("resourceVersion", "")),
         soft,
         value,

@@ -23,7 +23,7 @@ destroyed. Three parts:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +74,24 @@ def read(socket: Path, resource: str) -> Listing:
         key = (pod.namespace, pod.name)
         pods[key] = pods.get(key, frozenset()) | ids  # a name twice: both pods' devices
     return Listing(pods)
+
+
+def still_listed(
+    listing: Listing | None, namespace: str, name: str, device_ids: Collection[str]
+) -> bool:
+    """Whether kubelet may still run pod ``namespace/name`` that got ``device_ids``.
+
+    True when kubelet does not answer (``listing`` None); False when it does not list the
+    name; when it does, True while it lists one of the ids (all of them unknown: the name
+    is enough), since a pod created again under the name gets other ids.
+    """
+    if listing is None:
+        return True
+    if not listing.lists(namespace, name):
+        return False
+    if not device_ids:
+        return True
+    return bool(set(device_ids) & listing.devices(namespace, name))
 
 
 class Reader:

@@ -6,12 +6,14 @@
 * ``hami.io/node-handshake-<CW>``: ``Reported_<local time + offset>``;
 * ``hami-vnpu-core``: ``"true"`` when the node runs hami-vnpu-core;
 * ``vnpu.io/server``: the server layout, which vnpu's scheduler reads and HAMi and
-  Volcano ignore.
+  Volcano ignore;
+* ``vnpu.io/granted-<CW>``: what this plugin granted, per chip and pod (``holdings.encode``),
+  which vnpu's scheduler can count instead of pod annotations a tenant can edit.
 
 ``Publisher`` writes them on start, whenever ``poke`` is called (a chip's health changed)
 and every ``interval`` seconds; after a failed write it tries again ``retry`` seconds later
-(HAMi: 30 s and 5 s). One merge patch carries all four keys, so a scheduler never reads an
-inventory without its handshake. ``plugin`` runs it in its own thread.
+(HAMi: 30 s and 5 s). One merge patch carries all the keys, so a scheduler never reads an
+inventory without its handshake; ``poke`` is also called after every grant and release. ``plugin`` runs it in its own thread.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from vnpu_core import coordination, nodes, protocol
-from vnpu_device_plugin import cluster, devices, health, metrics
+from vnpu_device_plugin import cluster, devices, health, holdings, metrics
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
@@ -61,12 +63,19 @@ def registered_chips(
 
 
 def node_annotations(
-    inventory: devices.Inventory, healthy: dict[int, bool], reported: datetime
+    inventory: devices.Inventory,
+    healthy: dict[int, bool],
+    reported: datetime,
+    granted: str | None = None,
 ) -> dict[str, str]:
-    """The four node annotations for the current health; ``reported`` is naive local time."""
+    """The node annotations for the current health; ``reported`` is naive local time.
+
+    ``granted`` is the ``vnpu.io/granted-<CW>`` value, left out when None.
+    """
     word = inventory.common_word
     handshake = coordination.Handshake(coordination.HandshakeState.REPORTED, reported)
-    return {
+    extra = {} if granted is None else {holdings.annotation_key(word): granted}
+    return extra | {
         protocol.node_register_key(word): protocol.encode_node_register(
             registered_chips(inventory, healthy)
         ),
@@ -90,6 +99,7 @@ class Publisher:
         retry: float,
         offset: float,
         attempts: int,
+        granted: Callable[[], str] | None = None,
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self._api = api
@@ -101,6 +111,7 @@ class Publisher:
         self._offset = timedelta(seconds=offset)
         self._attempts = attempts
         self._clock = clock
+        self._granted = granted
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,7 +120,10 @@ class Publisher:
     def publish(self) -> bool:
         """Write the annotations now; False (logged, counted) when the API refused."""
         values = node_annotations(
-            self._inventory, self._board.healthy(), self._clock() + self._offset
+            self._inventory,
+            self._board.healthy(),
+            self._clock() + self._offset,
+            self._granted() if self._granted is not None else None,
         )
         node = self._inventory.node
         try:
@@ -127,7 +141,7 @@ class Publisher:
         return True
 
     def poke(self) -> None:
-        """Publish again soon (health changed)."""
+        """Publish again soon (health changed, or something was granted or released)."""
         self._wake.set()
 
     def start(self) -> None:

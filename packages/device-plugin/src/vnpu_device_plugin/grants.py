@@ -1,0 +1,168 @@
+"""The grant book: every device this plugin handed to a container, kept until its pod is done.
+
+The vNPU ledger names the vNPUs the plugin created; it says nothing of whole chips, soft
+slices or the vNPUs ascend-docker-runtime creates in runtime mode, and the pod annotations
+schedulers count can be edited by whoever may edit the pod. So Allocate writes one
+``Grant`` per device it hands out, durably, before it answers: the pod (UID, namespace,
+name), the container and whether it is a run-to-completion init container, the chip, what
+of it (a whole chip; a vNPU of a template, with its id in managed mode; a soft slice of
+memory and core percent) and kubelet's device ids of the container.
+
+* ``holdings`` checks every new decision against the book before anything is granted;
+* ``reclaim`` drops the grants of pods that are done, with the checks it applies to vNPUs,
+  and will not destroy a vNPU a live pod's grant names;
+* ``publisher`` publishes the book on the node (``vnpu.io/granted-<CW>``, ``holdings.encode``)
+  so a scheduler can count what was really granted;
+* after a restart, the device ids tell kubelet's listing of a pod from a pod created again
+  under its name (``plugin`` seeds ``podresources.Handouts`` from them).
+
+One JSON file, ``<state dir>/grants.json`` (format ``vnpu-device-plugin-grants/v1``),
+written like the ledger (``statefile``): adding grants is fsync'ed, since a grant must exist
+before its container has the device; removing them is not (a removal lost in a power cut
+only keeps a done pod's grant until the next pass drops it again). ``on_change`` is called
+after every change (the publisher's ``poke``). Thread-safe; raises ``errors.LedgerError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from vnpu_device_plugin import errors, statefile
+
+FILE = "grants.json"
+FORMAT = "vnpu-device-plugin-grants/v1"
+NO_VNPU = -1  # ``vnpu_id`` of a grant that is not a vNPU this plugin created
+
+
+class Kind(StrEnum):
+    WHOLE = "whole"  # the chip, for the container alone
+    VNPU = "vnpu"  # a hard vNPU of ``template``
+    SOFT = "soft"  # a hami-vnpu-core slice of ``memory_mib`` and ``cores`` percent
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One device one container got."""
+
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    init: bool  # a run-to-completion init container
+    chip: int  # physical id
+    chip_uuid: str
+    kind: Kind
+    template: str  # the vNPU template; "" for whole chips and soft slices
+    vnpu_id: int  # the vNPU this plugin created (managed mode), else NO_VNPU
+    memory_mib: int  # soft slices: the quota; whole chips and vNPUs: what the decision said
+    cores: int  # soft slices: core percent; else what the decision said
+    device_ids: tuple[str, ...]  # kubelet's device ids of the container
+    granted_at: float  # unix seconds
+
+    @property
+    def who(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+    @property
+    def vnpu(self) -> tuple[int, int] | None:
+        """(chip, vNPU id) of a vNPU this plugin created, else None."""
+        return (self.chip, self.vnpu_id) if self.vnpu_id != NO_VNPU else None
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "pod_uid": str,
+    "namespace": str,
+    "pod": str,
+    "container": str,
+    "init": bool,
+    "chip": int,
+    "chip_uuid": str,
+    "kind": str,
+    "template": str,
+    "vnpu_id": int,
+    "memory_mib": int,
+    "cores": int,
+    "device_ids": list,
+    "granted_at": (int, float),
+}
+
+
+def _grant(path: str, index: int, raw: object) -> Grant:
+    where = f"records[{index}]"
+    if not isinstance(raw, dict):
+        raise errors.LedgerError(path, f"{where} is not an object")
+    for name, kind in _FIELD_TYPES.items():
+        value = raw.get(name)
+        wrong_bool = isinstance(value, bool) and kind is not bool
+        if value is None or wrong_bool or not isinstance(value, kind):
+            raise errors.LedgerError(path, f"{where}.{name} is missing or not a {kind}: {value!r}")
+    try:
+        kind_ = Kind(raw["kind"])
+    except ValueError as exc:
+        raise errors.LedgerError(path, f"{where}.kind {raw['kind']!r} is unknown") from exc
+    ids = raw["device_ids"]
+    if not all(isinstance(i, str) for i in ids):
+        raise errors.LedgerError(path, f"{where}.device_ids holds a value that is not a string")
+    values = {name: raw[name] for name in _FIELD_TYPES}
+    values.update(kind=kind_, device_ids=tuple(ids), granted_at=float(raw["granted_at"]))
+    return Grant(**values)
+
+
+def _raw(grant: Grant) -> dict[str, object]:
+    return {
+        **dataclasses.asdict(grant),
+        "kind": grant.kind.value,
+        "device_ids": list(grant.device_ids),
+    }
+
+
+class Book:
+    """The grant book of ``state_dir``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE
+        self._lock = threading.Lock()
+        self.on_change: Callable[[], None] = lambda: None
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.LedgerError(str(self.path), f"cannot create the directory: {exc}") from exc
+        raw = statefile.read(self.path, FORMAT, "grant book")
+        self._grants = tuple(_grant(str(self.path), i, item) for i, item in enumerate(raw))
+        self._write(self._grants, durable=True)  # proves the directory is writable
+
+    def _write(self, grants: tuple[Grant, ...], *, durable: bool) -> None:
+        ordered = sorted(grants, key=lambda g: (g.chip, g.pod_uid, g.container, g.vnpu_id))
+        statefile.write(self.path, FORMAT, [_raw(g) for g in ordered], durable=durable)
+
+    def records(self) -> tuple[Grant, ...]:
+        with self._lock:
+            return self._grants
+
+    def put(self, pod_uid: str, containers: Collection[str], grants: Iterable[Grant]) -> None:
+        """Record ``grants`` in place of any the pod's ``containers`` had (durable on return)."""
+        added = tuple(grants)
+        with self._lock:
+            kept = tuple(
+                g for g in self._grants if g.pod_uid != pod_uid or g.container not in containers
+            )
+            updated = kept + added
+            self._write(updated, durable=True)
+            self._grants = updated
+        self.on_change()
+
+    def remove(self, *grants: Grant) -> None:
+        """Forget grants (not fsync'ed: see the module docstring)."""
+        gone = set(grants)
+        with self._lock:
+            updated = tuple(g for g in self._grants if g not in gone)
+            if len(updated) == len(self._grants):
+                return
+            self._write(updated, durable=False)
+            self._grants = updated
+        self.on_change()
