@@ -56,11 +56,18 @@ def _reject_constant(name: str) -> Any:
 class Object(dict[str, Any]):
     """A JSON object as parsed: the last value of each exact key, and every pair in order."""
 
-    __slots__ = ("pairs",)
+    __slots__ = ("_folded", "pairs")
 
     def __init__(self, pairs: list[tuple[str, Any]]) -> None:
         super().__init__(pairs)
         self.pairs = pairs
+        self._folded: dict[str, tuple[str, Any]] | None = None
+
+    def folded(self) -> dict[str, tuple[str, Any]]:
+        """Folded key -> the last ``(key, value)`` with that folded key (built once)."""
+        if self._folded is None:
+            self._folded = {fold(key): (key, value) for key, value in self.pairs}
+        return self._folded
 
 
 def _fold_char(char: str) -> str:
@@ -80,6 +87,8 @@ def _fold_char(char: str) -> str:
 
 def fold(name: str) -> str:
     """``name`` folded so that ``fold(a) == fold(b)`` exactly when Go's decoder matches them."""
+    if name.isascii():
+        return name.upper()
     return "".join(_fold_char(c) for c in name)
 
 
@@ -94,6 +103,8 @@ def members(item: dict[str, Any], name: str) -> Iterator[tuple[str, Any]]:
 
 def member(item: dict[str, Any], name: str) -> tuple[str, Any] | None:
     """The ``(key, value)`` Go keeps for the struct field ``name``: the last matching key."""
+    if isinstance(item, Object):
+        return item.folded().get(fold(name))
     found = None
     for pair in members(item, name):
         found = pair
