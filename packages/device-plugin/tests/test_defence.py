@@ -314,6 +314,24 @@ def test_without_the_grant_book_kubelets_listing_still_keeps_a_live_vnpu(
     assert node.running("live")
 
 
+def test_a_runtime_vnpu_stays_when_its_pods_annotations_are_cleared(node: Node, kit: Kit) -> None:
+    node.start_plugin(vnpu_mode="runtime", unowned_grace=0.0, pod_watch=False)
+    kit.wait_for(lambda: node.capacity() == (28, 28))
+    _run(node, kit, "runtime", [[kit.Grant(1, "vir02", 6144)]])
+    assert node.env("runtime", "c0")["ASCEND_VNPU_SPECS"] == "vir02"
+    node.sim().create_vnpu(1, "vir02")  # as ascend-docker-runtime does for the container
+    (vnpu,) = node.vnpus()
+    node.api.core.patch_namespaced_pod(
+        "runtime",
+        "default",
+        {"metadata": {"annotations": dict.fromkeys(DECISION_KEYS)}},
+        _content_type=MERGE_PATCH,
+    )
+    for _ in range(2):  # no grace: an unowned idle vNPU nobody claims goes at the first pass
+        assert node.plugin.reconciler.run_once().reclaimed == []
+    assert node.vnpus() == [vnpu]
+
+
 @pytest.mark.parametrize("file", ["ledger.json", "grants.json"])
 def test_a_state_file_that_is_not_utf8_stops_the_start_with_its_path(
     node: Node, kit: Kit, file: str

@@ -21,8 +21,11 @@ from vnpu_device_plugin import (
     environment,
     errors,
     finder,
+    grants,
+    holdings,
     ledger,
     metrics,
+    names,
     podplan,
     podresources,
     publisher,
@@ -550,3 +553,148 @@ def test_handouts_forget_pods_without_records() -> None:
 def test_the_pod_watch_can_be_switched_off() -> None:
     assert settings.from_args(["--node-name", "x"]).pod_watch is True
     assert settings.from_args(["--node-name", "x", "--no-pod-watch"]).pod_watch is False
+
+
+# -- names, the grant book and what is published of it --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("spec.containers[0].name", "../../../escaped", "not a DNS-1123 label"),
+        ("spec.containers[0].name", "Upper", "not a DNS-1123 label"),
+        ("spec.containers[0].name", "a" * 64, "not a DNS-1123 label"),
+        ("spec.containers[0].name", "", "not a DNS-1123 label"),
+        ("spec.containers[0].name", 7, "not a DNS-1123 label"),
+        ("metadata.namespace", "ns/x", "not a DNS-1123 label"),
+        ("metadata.name", "a..b", "not a DNS-1123 subdomain"),
+        ("metadata.name", "..", "not a DNS-1123 subdomain"),
+        ("metadata.name", "web/0", "not a DNS-1123 subdomain"),
+        ("metadata.uid", "u-1", "not a UUID"),
+        ("metadata.uid", f"{UID}/..", "not a UUID"),
+        ("metadata.uid", None, "not a UUID"),
+    ],
+)
+def test_names_the_plugin_will_not_use_are_refused_naming_the_field(
+    field: str, value: object, problem: str
+) -> None:
+    pod = _pod(_notes(""))
+    if field.startswith("spec."):
+        pod["spec"]["containers"][0]["name"] = value
+    else:
+        pod["metadata"][field.split(".")[1]] = value
+    with pytest.raises(errors.InvalidName) as caught:
+        podplan.read(pod, _inventory())
+    assert caught.value.field == field
+    assert caught.value.value == value
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["web", "web-0", "0", "a" * 63])
+def test_kubernetes_names_pass(value: str) -> None:
+    assert names.label("p", "f", value) == value
+    assert names.subdomain("p", "f", value) == value
+    assert names.subdomain("p", "f", f"{value}.b-c.{value}") == f"{value}.b-c.{value}"
+    with pytest.raises(errors.InvalidName):
+        names.label("p", "f", f"{value}.b")  # a dot: a pod name, not a container name
+
+
+def _grant(uid: str, chip: int, kind: grants.Kind, **extra: Any) -> grants.Grant:
+    values: dict[str, Any] = {
+        "pod_uid": uid,
+        "namespace": "ns",
+        "pod": f"p-{uid[:4]}",
+        "container": "c0",
+        "init": False,
+        "chip": chip,
+        "chip_uuid": f"U{chip}",
+        "kind": kind,
+        "template": "",
+        "vnpu_id": grants.NO_VNPU,
+        "memory_mib": 0,
+        "cores": 0,
+        "device_ids": (f"U{chip}-0",),
+        "granted_at": 1.0,
+    }
+    values.update(extra)
+    return grants.Grant(**values)
+
+
+def test_the_grant_book_round_trips_and_replaces_a_containers_grants(tmp_path: Path) -> None:
+    book = grants.Book(tmp_path)
+    changes: list[int] = []
+    book.on_change = lambda: changes.append(1)
+    first = _grant("a" * 8, 0, grants.Kind.WHOLE)
+    vnpu = _grant("b" * 8, 1, grants.Kind.VNPU, template="vir02", vnpu_id=116)
+    book.put(first.pod_uid, ["c0"], [first])
+    book.put(vnpu.pod_uid, ["c0"], [vnpu])
+    again = dataclasses.replace(first, chip=2, chip_uuid="U2")
+    book.put(first.pod_uid, ["c0"], [again])  # the same container served again
+    assert set(grants.Book(tmp_path).records()) == {again, vnpu}
+    assert vnpu.vnpu == (1, 116)
+    assert again.vnpu is None
+    book.remove(again)
+    assert grants.Book(tmp_path).records() == (vnpu,)
+    assert len(changes) == 4
+    assert not (tmp_path / "grants.json.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\xff{}", "not UTF-8 text (byte 0 is 0xff); move it aside to start with an empty"),
+        (b"[" * 100_000, "not JSON"),
+        (b'{"format": "vnpu-device-plugin-grants/v1", "records": [{"kind": 1}]}', "records[0]"),
+        (b'{"format": "vnpu-device-plugin-ledger/v1", "records": []}', "not a grant book"),
+    ],
+)
+def test_a_broken_grant_book_is_refused_with_its_path(
+    tmp_path: Path, data: bytes, problem: str
+) -> None:
+    (tmp_path / "grants.json").write_bytes(data)
+    with pytest.raises(errors.LedgerError) as caught:
+        grants.Book(tmp_path)
+    assert caught.value.path == str(tmp_path / "grants.json")
+    assert problem in str(caught.value)
+
+
+def test_a_ledger_that_is_not_utf8_is_refused_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "ledger.json").write_bytes(b'{"format": "\xc3\x28"}')
+    with pytest.raises(errors.LedgerError) as caught:
+        ledger.Ledger(tmp_path)
+    assert str(caught.value) == (
+        f"ownership ledger {tmp_path / 'ledger.json'}: not UTF-8 text (byte 12 is 0xc3); "
+        "move it aside to start with an empty ledger"
+    )
+
+
+def test_the_granted_annotation_is_compact_sorted_and_marks_init_containers() -> None:
+    model = catalog.BUILTIN.by_common_word(CW)
+    assert model is not None
+    a, b = "a" * 8, "b" * 8
+    held = [
+        holdings.from_grant(model, _grant(b, 1, grants.Kind.VNPU, template="vir04")),
+        holdings.from_grant(model, _grant(a, 0, grants.Kind.WHOLE)),
+        holdings.from_grant(model, _grant(b, 1, grants.Kind.VNPU, template="vir02", init=True)),
+        holdings.from_grant(model, _grant(a, 2, grants.Kind.SOFT, memory_mib=3072, cores=30)),
+    ]
+    assert holdings.encode(held) == (
+        '{"chips":{"U0":{"aaaaaaaa":["whole"]},"U1":{"bbbbbbbb":["init:vnpu:vir02","vnpu:vir04"]},'
+        '"U2":{"aaaaaaaa":["soft:3072:30"]}},"v":1}'
+    )
+    assert holdings.encode([]) == '{"chips":{},"v":1}'
+    assert holdings.annotation_key(CW) == "vnpu.io/granted-Ascend310P"
+
+
+def test_a_pods_init_containers_count_alone_beside_its_app_containers() -> None:
+    model = catalog.BUILTIN.by_common_word(CW)
+    assert model is not None
+    app = holdings.from_grant(model, _grant("a" * 8, 1, grants.Kind.VNPU, template="vir02"))
+    init = holdings.from_grant(
+        model, _grant("a" * 8, 1, grants.Kind.VNPU, template="vir04", init=True)
+    )
+    usage = holdings.pod_usage([app, init])
+    assert (usage.vnpus, usage.memory_mib, usage.aicore) == (1, 12288, 4)  # the larger, not both
+    both = holdings.pod_usage([app, dataclasses.replace(init, init=False)])
+    assert (both.vnpus, both.memory_mib) == (2, 18432)

@@ -243,8 +243,10 @@ class Plugin:
 
     def _in_use(self, phy_id: int) -> bool:
         """Whether a container uses the chip (for the fault grace of FreeRestartNPU/PreSeparateNPU)."""
-        return phy_id in self.reconciler.busy or any(
-            r.chip == phy_id for r in self.ledger.records()
+        return (
+            phy_id in self.reconciler.busy
+            or any(r.chip == phy_id for r in self.ledger.records())
+            or any(g.chip == phy_id for g in self.grants.records())
         )
 
     def problem(self) -> str:

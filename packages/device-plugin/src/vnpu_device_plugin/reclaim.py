@@ -259,6 +259,17 @@ class Reclaimer:
             g.vnpu == (chip, vnpu_id) and g.pod_uid not in owners for g in self._book.records()
         )
 
+    def claimed_chips(self) -> set[int]:
+        """Chips where the grant book names a vNPU this plugin did not create (runtime mode)
+        or a soft slice: an unowned vNPU there may be that container's."""
+        if self._book is None:
+            return set()
+        return {
+            g.chip
+            for g in self._book.records()
+            if g.kind is grants.Kind.SOFT or (g.kind is grants.Kind.VNPU and g.vnpu is None)
+        }
+
     def _doubt(
         self,
         chip: int,

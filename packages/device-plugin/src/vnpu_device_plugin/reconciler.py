@@ -12,8 +12,10 @@ allocation lock so no Allocate is half done while it looks. One pass:
    Succeeded/Failed, or the owner is an init container that has terminated. Never while
    the driver says a container holds it: that one waits for the next pass.
 3. **Unowned vNPUs** (made by the runtime, an operator, or lost with a ledger): destroyed
-   only after ``grace`` seconds unowned and idle, and only on a chip where no running pod
-   has a vNPU the ledger does not account for (it may be that pod's).
+   only after ``grace`` seconds unowned and idle, never while the grant book names it for
+   a pod, and only on a chip where no running pod has a vNPU the ledger does not account
+   for (it may be that pod's): by its annotations, or by the grant book (runtime-mode
+   vNPUs, soft slices).
 4. hami-vnpu-core per-container directories of pods that are gone are removed.
 
 It also remembers which chips live pods use (``busy``), which the health judgement
@@ -206,7 +208,7 @@ class Reconciler:
         present = {(chip, i) for chip, vnpus in driver.items() for i in vnpus}
         for gone in set(self._unowned_since) - present:
             del self._unowned_since[gone]
-        claimed = self._claimed_chips(held)
+        claimed = self._claimed_chips(held) | self._reclaimer.claimed_chips()
         for chip, vnpus in driver.items():
             for vnpu_id, info in vnpus.items():
                 where = (chip, vnpu_id)
@@ -220,6 +222,9 @@ class Reconciler:
                 if now - since < self._grace or chip in claimed:
                     continue
                 outcome = reclaim.Outcome()
+                if self._reclaimer.granted_elsewhere(chip, vnpu_id):
+                    self._reclaimer.withhold(chip, vnpu_id, "granted_to_live_pod", (), outcome)
+                    continue
                 destroyed = self._reclaimer.destroy(
                     chip, vnpu_id, "unowned", reclaim.Trigger.PERIODIC, outcome
                 )
