@@ -11,7 +11,11 @@ that asks for Ascend resources:
   another scheduler (Volcano, say) is left untouched;
 * denies a request no chip can serve or that is malformed, naming the container, the
   resource and the value; a pod with ``spec.nodeName`` preset (it would skip the
-  scheduler) and a privileged container holding NPUs are denied too.
+  scheduler) and a privileged container holding NPUs are denied too;
+* reads the request as HAMi's webhook does where vnpu follows it (memory 0 is the
+  smallest template, a core percentage above 100 is 100, a one-die request of a super-pod
+  910C is a die pair), writes the adjusted figures into the pod, and returns what it
+  changed as AdmissionReview ``warnings`` (kubectl prints them).
 
 A patch is only sent if the patched pod parses to the same request (so rounding is
 idempotent and never changes the template). ``validate`` runs the same checks without
@@ -54,6 +58,40 @@ def _apply(pod: Json, patch: list[Json]) -> Json:
     return result
 
 
+def _adjusted(
+    where: tuple[object, ...], values: Json, item: requests.ContainerRequest
+) -> list[Json]:
+    """Patch operations for a count or core percentage read differently from what is written.
+
+    A super-pod one-die request becomes 2 (limits, and requests where they name it, as
+    HAMi's webhook writes them); a core percentage above 100 becomes 100.
+    """
+    model = item.model
+    wanted = {model.resource_name: item.count}
+    if item.soft:
+        wanted[model.core_resource] = item.core_percent
+    patch: list[Json] = []
+    for resource, number in wanted.items():
+        if resource not in values:
+            continue
+        try:
+            written = requests.parse_quantity(item.container, resource, values[resource])
+        except core_errors.RequestError:
+            continue  # parsed once already; a second reading cannot fail
+        if written != number:
+            path = _pointer(*where, resource)
+            patch.append({"op": "add", "path": path, "value": str(number)})
+    return patch
+
+
+def _warned(reply: Json, notes: tuple[str, ...]) -> Json:
+    """The AdmissionReview reply with ``notes`` as its warnings (shown by kubectl)."""
+    if notes:
+        response = reply["response"]
+        response["warnings"] = [*response.get("warnings", []), *notes]
+    return reply
+
+
 class Webhook:
     """Mutating and validating admission for pods, with the chip models of ``models``."""
 
@@ -71,7 +109,7 @@ class Webhook:
     def _check(self, pod: Json) -> tuple[requests.PodRequest | None, str]:
         """The parsed request (None: nothing to do) or a denial message."""
         try:
-            request = requests.from_pod(pod, self._models())
+            request = requests.from_pod(pod, self._models(), admission=True)
         except core_errors.RequestError as exc:
             return None, str(exc)
         if not request.wants_npu:
@@ -136,7 +174,7 @@ class Webhook:
             patch.extend(rounding)
         elif rounding:
             log.warning("webhook_rounding_skipped", pod=request.name, namespace=request.namespace)
-        return wire.admission_response(uid, True, patch=patch)
+        return _warned(wire.admission_response(uid, True, patch=patch), request.notes)
 
     def _rounding(self, spec: Json, request: requests.PodRequest) -> list[Json]:
         """Patch operations that set each request's memory to what it rounds to."""
@@ -154,15 +192,17 @@ class Webhook:
                 values = resources.get(kind) or {}
                 if model.resource_name not in values:
                     continue
+                where = ("spec", section, index, "resources", kind)
+                patch.extend(_adjusted(where, values, item))
                 if str(values.get(model.memory_resource)) == value:
                     continue
-                path = _pointer("spec", section, index, "resources", kind, model.memory_resource)
+                path = _pointer(*where, model.memory_resource)
                 patch.append({"op": "add", "path": path, "value": value})
         return patch
 
     def _same_request(self, pod: Json, patch: list[Json], before: requests.PodRequest) -> bool:
         try:
-            after = requests.from_pod(_apply(pod, patch), self._models())
+            after = requests.from_pod(_apply(pod, patch), self._models(), admission=True)
         except core_errors.RequestError:
             return False
         policy = requests.Policy.DEFAULT
