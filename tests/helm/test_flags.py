@@ -108,7 +108,12 @@ def test_scheduler_settings_follow_the_values(render, tmp_path):
                 "schedulerName": "npu-scheduler",
                 "config": {
                     "port": 9000,
+                    "metricsPort": 9100,
                     "webhookPort": 9443,
+                    "bindTimeout": 12,
+                    "lockClockSkew": 5,
+                    "maxBodyBytes": 4194304,
+                    "webhookMaxBodyBytes": 2097152,
                     "policy": "spread",
                     "handshakeTimeout": 90,
                     "lockTtl": 120,
@@ -125,7 +130,15 @@ def test_scheduler_settings_follow_the_values(render, tmp_path):
         }
     )
     config = scheduler_settings.from_args(command_line(manifests, "vnpu-scheduler", tmp_path))
-    assert (config.port, config.webhook_port) == (9000, 9443)
+    assert (config.port, config.metrics_port, config.webhook_port) == (9000, 9100, 9443)
+    # the extender on loopback only; probes, metrics and the webhook on the pod's address
+    assert (config.host, config.metrics_host, config.webhook_host) == (
+        "127.0.0.1",
+        "0.0.0.0",
+        "0.0.0.0",
+    )
+    assert (config.bind_timeout, config.lock_clock_skew) == (12, 5)
+    assert (config.max_body_bytes, config.webhook_max_body_bytes) == (4194304, 2097152)
     assert config.policy.value == "spread"
     assert config.scheduler_name == "npu-scheduler"
     assert (config.handshake_timeout, config.lock_ttl, config.lock_wait) == (90, 120, 7.5)
@@ -138,10 +151,12 @@ def test_scheduler_settings_follow_the_values(render, tmp_path):
     # The ports the pod declares are the ones the service listens on.
     _, container = manifests.container("vnpu-scheduler")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 9000, "webhook": 9443}
+    assert ports == {"metrics": 9100, "webhook": 9443}  # the loopback extender is no pod port
+    assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
+    assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
     service = manifests.get("Service", "vnpu-scheduler")
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
-        "http": 9000,
+        "metrics": 9100,
         "webhook": 443,
     }
 
@@ -165,6 +180,11 @@ def test_scheduler_defaults_match_the_service_defaults(default, tmp_path):
         "scheduler_name",
         "log_level",
         "release_lock_after_bind",
+        "host",
+        "bind_timeout",
+        "lock_clock_skew",
+        "max_body_bytes",
+        "webhook_max_body_bytes",
     ):
         assert getattr(config, name) == fields[name].default, name
 
@@ -175,7 +195,7 @@ def test_scheduler_without_webhook_serves_no_tls(render, tmp_path):
     assert config.tls_cert is None
     assert config.tls_key is None
     _, container = manifests.container("vnpu-scheduler")
-    assert [p["name"] for p in container["ports"]] == ["http"]
+    assert [p["name"] for p in container["ports"]] == ["metrics"]
 
 
 def test_device_plugin_settings_follow_the_values(render, tmp_path):

@@ -73,8 +73,9 @@ def _node(name: str) -> Json:
     }
 
 
-def _pod(name: str, memory: int) -> Json:
-    return {
+def _pod(name: str, memory: int, routed: bool = True) -> Json:
+    """A pod asking for a 310P vNPU; ``routed``: with the schedulerName the webhook sets."""
+    pod: Json = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
@@ -90,9 +91,12 @@ def _pod(name: str, memory: int) -> Json:
                         }
                     },
                 }
-            ]
+            ],
         },
     }
+    if routed:
+        pod["spec"]["schedulerName"] = "vnpu-scheduler"
+    return pod
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class ScheduledPod:
     ca_pem: bytes  # the rendered caBundle
     extender: Json  # the rendered extender entry
     http_port: int
+    metrics_port: int
 
 
 @pytest.fixture
@@ -128,9 +133,10 @@ def scheduler_pod(
             data = default.get("Secret", volume["secret"]["secretName"])["data"]
             for key, text in data.items():
                 (target / key).write_bytes(base64.b64decode(text))
-    http_port, webhook_port = _free_port(), _free_port()
+    http_port, webhook_port, metrics_port = _free_port(), _free_port(), _free_port()
     args: list[str] = []
     rendered_port = None
+    rendered_host = None
     for arg in container["args"]:
         flag, _, value = arg.partition("=")
         if flag == "--port":
@@ -138,8 +144,13 @@ def scheduler_pod(
             arg = f"--port={http_port}"  # noqa: PLW2901
         elif flag == "--webhook-port":
             arg = f"--webhook-port={webhook_port}"  # noqa: PLW2901
+        elif flag == "--metrics-port":
+            arg = f"--metrics-port={metrics_port}"  # noqa: PLW2901
+        elif flag in ("--webhook-host", "--metrics-host"):
+            arg = f"{flag}=127.0.0.1"  # noqa: PLW2901
         elif flag == "--host":
-            arg = "--host=127.0.0.1"  # noqa: PLW2901
+            rendered_host = value  # kept as rendered: the extender's own address
+
         else:
             for path, target in local.items():
                 if value.startswith(path + "/"):
@@ -151,6 +162,7 @@ def scheduler_pod(
     extender = config["extenders"][0]
     url = urlsplit(extender["urlPrefix"])
     assert url.port == rendered_port, "kube-scheduler calls the port vnpu-scheduler listens on"
+    assert url.hostname == rendered_host == "127.0.0.1", "the extender is reachable in the pod only"
     url_prefix = f"{url.scheme}://{url.hostname}:{http_port}{url.path}"
     secret = default.get("Secret", "vnpu-scheduler-tls")
     ca_pem = base64.b64decode(secret["data"]["ca.crt"])
@@ -174,8 +186,9 @@ def scheduler_pod(
             while True:
                 assert process.poll() is None, (tmp_path / "scheduler.log").read_text()
                 try:
+                    # the kubelet's readiness probe, on the port the pod declares for it
                     if (
-                        httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=2).status_code
+                        httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code
                         == 200
                     ):
                         break
@@ -183,7 +196,10 @@ def scheduler_pod(
                     pass
                 assert time.monotonic() < deadline, "vnpu-scheduler did not become ready"
                 time.sleep(0.1)
-            yield ScheduledPod(url_prefix, webhook_port, ca_pem, extender, http_port), core
+            yield (
+                ScheduledPod(url_prefix, webhook_port, ca_pem, extender, http_port, metrics_port),
+                core,
+            )
         finally:
             process.terminate()
             process.wait(timeout=15)
@@ -248,7 +264,9 @@ def test_webhook_serves_the_rendered_certificate(scheduler_pod):
     url = f"https://127.0.0.1:{pod.webhook_port}/mutate"
     with httpx.Client(verify=context, timeout=10) as http:
         answer = http.post(
-            url, json=_review(_pod("hooked", 4000)), extensions={"sni_hostname": SERVICE_HOST}
+            url,
+            json=_review(_pod("hooked", 4000, routed=False)),
+            extensions={"sni_hostname": SERVICE_HOST},
         )
     assert answer.status_code == 200
     response = answer.json()["response"]
@@ -270,8 +288,32 @@ def test_webhook_serves_the_rendered_certificate(scheduler_pod):
 def test_metrics_are_served_on_the_port_the_service_monitor_scrapes(scheduler_pod, default):
     pod, _ = scheduler_pod
     service = default.get("Service", "vnpu-scheduler")
-    http_port = next(p for p in service["spec"]["ports"] if p["name"] == "http")
-    assert http_port["targetPort"] == "http"
-    answer = httpx.get(f"http://127.0.0.1:{pod.http_port}/metrics", timeout=10)
+    scraped = next(p for p in service["spec"]["ports"] if p["name"] == "metrics")
+    assert scraped["targetPort"] == "metrics"
+    answer = httpx.get(f"http://127.0.0.1:{pod.metrics_port}/metrics", timeout=10)
     assert answer.status_code == 200
     assert "vnpu_scheduler_requests_total" in answer.text
+
+
+def test_the_pod_ports_serve_no_extender_verb(scheduler_pod):
+    """Only the loopback port binds: the metrics and webhook ports refuse the verbs unread."""
+    pod, core = scheduler_pod
+    created = core.create_namespaced_pod("default", _pod("probe", 4000))
+    body = {
+        "PodName": "probe",
+        "PodNamespace": "default",
+        "PodUID": created.metadata.uid,
+        "Node": "npu-1",
+    }
+    context = ssl.create_default_context(cadata=pod.ca_pem.decode())
+    with httpx.Client(verify=context, timeout=10) as http:
+        answer = http.post(
+            f"https://127.0.0.1:{pod.webhook_port}/bind",
+            json=body,
+            extensions={"sni_hostname": SERVICE_HOST},
+        )
+        assert answer.status_code == 404
+    answer = httpx.post(f"http://127.0.0.1:{pod.metrics_port}/bind", json=body, timeout=10)
+    assert answer.status_code == 404
+    assert answer.json() == {"Error": "/bind is not served here"}
+    assert core.read_namespaced_pod("probe", "default").spec.node_name is None

@@ -63,6 +63,14 @@ def test_a_wrong_value_fails_with_the_key_named(render, values, key):
             {"scheduler": {"extender": {"httpTimeoutSeconds": 20}}},
             r"scheduler\.extender\.httpTimeoutSeconds \(20\) must exceed scheduler\.config\.lockWait \(20\)",
         ),
+        (
+            {"scheduler": {"config": {"bindTimeout": 22}}},
+            r"scheduler\.config\.bindTimeout \(22\) must exceed scheduler\.config\.lockWait \(20\) by more than 2 s",
+        ),
+        (
+            {"scheduler": {"config": {"bindTimeout": 30}}},
+            r"scheduler\.extender\.httpTimeoutSeconds \(30\) must exceed scheduler\.config\.bindTimeout \(30\)",
+        ),
         ({"devicePlugin": {"backend": "sim"}}, r"devicePlugin\.simDir is required"),
         ({"exporter": {"backend": "sim"}}, r"exporter\.simDir is required"),
     ],
@@ -249,7 +257,7 @@ def test_lint_finds_a_broken_template(tmp_path):
     target = copy / "charts" / "scheduler" / "templates" / "service.yaml"
     target.write_text(
         target.read_text(encoding="utf-8").replace(
-            "{{ .Values.config.port }}", "{{ .Values.config.port "
+            "{{ .Values.config.metricsPort }}", "{{ .Values.config.metricsPort "
         ),
         encoding="utf-8",
     )

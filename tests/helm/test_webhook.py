@@ -195,4 +195,4 @@ def test_no_webhook_no_certificate(render):
     spec, _ = manifests.container("vnpu-scheduler")
     assert "tls" not in {v["name"] for v in spec["volumes"]}
     service = manifests.get("Service", "vnpu-scheduler")
-    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
