@@ -2,7 +2,7 @@
 
 Standalone (``make bench`` runs it; ``--nodes 10 100`` to choose the sizes): for each size,
 ``vnpu-sandbox up`` on that many 310P3 nodes of 8 chips (no Prometheus), then one
-``kubectl create -f`` of a List of pods asking for a ``vir01`` each (two per node), timed
+``kubectl create -f`` of a List of pods asking for a ``vir01`` each (eight per node), timed
 until every pod is Running, then ``vnpu-sandbox down``. Every pod goes through the webhook,
 the scheduling driver, vnpu-scheduler's filter/prioritize/bind, the simulated kubelet and the
 device plugin's Allocate, which creates its vNPU on a simulated chip. Prints a Markdown
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PODS_PER_NODE = 2
+PODS_PER_NODE = 8
 READY_TIMEOUT = 600.0
 EXPORTERS_UP_TO = 20
 """Larger sandboxes run without exporters: each node agent takes about 90 MB, and 300 of them
@@ -134,12 +134,14 @@ def main() -> None:
     print("## Sandbox (`vnpu-sandbox up`, pods from kubectl create to Running)\n")
     print(f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}\n")
     print(
-        "| nodes | processes | up to ready | pods | Running | Failed | create | all Running | pods/s |"
+        "| nodes | exporters | processes | up to ready | pods | Running | Failed | create "
+        "| all Running | pods/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['nodes']} | {'yes' if r['exporters'] else 'no'} | {r['processes']} | {r['ready_seconds']:.1f} s | {r['pods']} "
+            f"| {r['nodes']} | {'yes' if r['exporters'] else 'no'} | {r['processes']} "
+            f"| {r['ready_seconds']:.1f} s | {r['pods']} "
             f"| {r['running']} | {r['failed']} | {r['create_seconds']:.2f} s "
             f"| {r['seconds']:.1f} s | {r['pods_per_second']:.1f} |"
         )
