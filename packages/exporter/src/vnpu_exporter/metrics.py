@@ -260,11 +260,13 @@ PLUGIN_CHIPS = _g("vnpu_device_plugin_chips", "Chips advertised to the kubelet, 
 PLUGIN_REGISTRATIONS = _c("vnpu_device_plugin_registrations", "Registrations with the kubelet, by result.", ("result",))
 PLUGIN_PUBLICATIONS = _c("vnpu_device_plugin_node_publications", "Writes of the node annotations (inventory, handshake), by result.", ("result",))
 PLUGIN_API_RETRIES = _c("vnpu_device_plugin_api_retries", "Kubernetes API calls repeated after an outage or a conflict.")
+PLUGIN_GRANT_CONFLICTS = _c("vnpu_device_plugin_grant_conflicts", "Allocates refused for taking what a live pod holds, or going over a budget, by why.", ("reason",))
+PLUGIN_RECLAIMS_WITHHELD = _c("vnpu_device_plugin_reclaims_withheld", "vNPUs kept though their recorded owners are done, by what said a container may use them.", ("reason",))
 
 DEVICE_PLUGIN: tuple[Definition, ...] = (
     PLUGIN_ALLOCATIONS, PLUGIN_ALLOCATE_DURATION, PLUGIN_CREATED, PLUGIN_DESTROYED, PLUGIN_RECLAIMED,
     PLUGIN_OWNED, PLUGIN_HEALTH_TRANSITIONS, PLUGIN_CHIPS, PLUGIN_REGISTRATIONS, PLUGIN_PUBLICATIONS,
-    PLUGIN_API_RETRIES,
+    PLUGIN_API_RETRIES, PLUGIN_GRANT_CONFLICTS, PLUGIN_RECLAIMS_WITHHELD,
 )
 """Device plugin metrics the dashboards and alerts use (checked against vnpu_device_plugin.metrics)."""
 
