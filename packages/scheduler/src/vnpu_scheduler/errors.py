@@ -30,12 +30,18 @@ class SchedulerError(Exception):
 
 
 class BadRequest(SchedulerError):
-    """A request body does not have the shape its API defines; ``field`` is a JSON path."""
+    """A request body does not have the shape its API defines; ``field`` is a JSON path.
+
+    ``value`` is shown (cut at 80 characters) unless it is ``...``: not worth showing.
+    """
 
     def __init__(self, field: str, value: object, problem: str) -> None:
         self.field = field
         self.value = value
         self.problem = problem
+        if value is Ellipsis:
+            super().__init__(f"{field}: {problem}")
+            return
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."

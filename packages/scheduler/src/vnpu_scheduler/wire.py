@@ -125,7 +125,7 @@ def bounded(value: object, path: str, below: int) -> None:
     rest of a body is dropped unread by the models.
     """
     if nested_deeper(value, MAX_DEPTH - below):
-        raise errors.BadRequest(path, "...", f"the body is nested deeper than {MAX_DEPTH} levels")
+        raise errors.BadRequest(path, ..., f"nested deeper than {MAX_DEPTH} levels (from the body)")
 
 
 def _validate(found: Any, model: type[_Model]) -> Any:
