@@ -52,6 +52,9 @@ NAMESPACE = "kube-system"
 SERVICES = ("vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter")
 """vnpu's parts that talk to the API, by the service-account names the chart gives them."""
 ADMIN = "admin"
+FRONT_PROXY = "front-proxy-client"
+"""The aggregator's client identity; kube-controller-manager and kube-scheduler read its CA
+from ``extension-apiserver-authentication`` and complain, every few seconds, when it is not there."""
 
 
 class ControlPlaneError(Exception):
@@ -146,6 +149,7 @@ def identities(nodes: Sequence[clusterfile.NodeSpec]) -> dict[str, certificates.
         ADMIN: certificates.Identity("vnpu-sandbox-admin", ("system:masters",)),
         "kube-controller-manager": certificates.Identity("system:kube-controller-manager"),
         "kube-scheduler": certificates.Identity("system:kube-scheduler"),
+        FRONT_PROXY: certificates.Identity(FRONT_PROXY),
     }
     for service in SERVICES:
         user = f"system:serviceaccount:{NAMESPACE}:{service}"
@@ -187,7 +191,7 @@ def prepare(plane: Plane, where: layout.Layout, nodes: Sequence[clusterfile.Node
         document = kubeconfig_document(plane.api_url, pki.ca.cert, pki.client(name))
         path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     where.kubeconfig.write_text(plane.kubeconfig(ADMIN).read_text(encoding="utf-8"))
-    plane.etcd_data.mkdir(parents=True, exist_ok=True)
+    plane.etcd_data.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def tls_context(pki: certificates.Pki) -> ssl.SSLContext:
@@ -243,6 +247,13 @@ def api_server(plane: Plane) -> components.Component:
         f"--service-account-key-file={pki.service_account_public}",
         f"--service-account-signing-key-file={pki.service_account_key}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        f"--requestheader-client-ca-file={pki.ca.cert}",
+        f"--requestheader-allowed-names={FRONT_PROXY}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.client(FRONT_PROXY).cert}",
+        f"--proxy-client-key-file={pki.client(FRONT_PROXY).key}",
         "--authorization-mode=Node,RBAC",
         f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
         # The webhook is what refuses privileged NPU containers; the API server lets it judge.
