@@ -64,10 +64,33 @@ class Ports:
 
 
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
+    """A TCP port on loopback that nothing listens on now (for several at once: PortPicker)."""
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
+
+
+class PortPicker:
+    """Free loopback ports, each different: the probe sockets stay bound until ``close``.
+
+    A port is free when the kernel hands it out for a bind to port 0; closing each probe at
+    once would let the kernel hand the same port out again for the next one.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[socket.socket] = []
+
+    def __call__(self, wanted: int = 0) -> int:
+        if wanted:
+            return wanted
+        probe = socket.socket()
+        probe.bind((LOOPBACK, 0))
+        self._held.append(probe)
+        return int(probe.getsockname()[1])
+
+    def close(self) -> None:
+        for probe in self._held:
+            probe.close()
 
 
 def choose_ports(
@@ -76,17 +99,21 @@ def choose_ports(
     prometheus: int | None = 0,
     exporters: bool = True,
 ) -> Ports:
-    """Ports for every listener; 0 picks a free one, None (Prometheus) means none.
+    """Ports for every listener, all different; 0 picks a free one, None (Prometheus) none.
 
     Without ``exporters`` no node gets an exporter (and so no exporter port).
     """
-    return Ports(
-        api=api or free_port(),
-        scheduler=free_port(),
-        prometheus=0 if prometheus is None else prometheus or free_port(),
-        device_plugins={n.name: free_port() for n in nodes},
-        exporters={n.name: free_port() for n in nodes} if exporters else {},
-    )
+    pick = PortPicker()
+    try:
+        return Ports(
+            api=pick(api),
+            scheduler=pick(),
+            prometheus=0 if prometheus is None else pick(prometheus),
+            device_plugins={n.name: pick() for n in nodes},
+            exporters={n.name: pick() for n in nodes} if exporters else {},
+        )
+    finally:
+        pick.close()
 
 
 def url(port: int, path: str = "") -> str:
