@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -126,6 +127,40 @@ def test_node_is_registered_with_labels_capacity_and_ready(
     ready = next(c for c in node.status.conditions or [] if c.type == "Ready")
     assert ready.status == "True"
     assert ready.reason == "KubeletReady"
+
+
+def test_registration_waits_for_an_api_server_that_comes_up_late(
+    sock_dir: Path, node_name: str
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    api = apiclient.client_for_host(f"http://127.0.0.1:{port}")
+    config = kubelet.KubeletConfig(
+        nodestatus.NodeIdentity(node_name),
+        device_plugin_dir=sock_dir / "plugins",
+        pod_resources_socket=sock_dir / "pr" / "kubelet.sock",
+        heartbeat_seconds=0,
+        register_timeout_seconds=20,
+    )
+    node = kubelet.Kubelet(config, api)
+    started = threading.Thread(target=node.start)
+    started.start()
+    try:
+        time.sleep(1.0)  # the kubelet has tried and failed to reach the API by now
+        assert started.is_alive()
+        with harness.serve(port=port) as url:
+            started.join(timeout=20)
+            assert not started.is_alive()
+            reader = apiclient.client_for_host(url)
+            registered = client.CoreV1Api(reader).read_node(node_name)
+            apiclient.close_client(reader)
+            assert registered.metadata is not None
+            assert registered.metadata.name == node_name
+            node.stop()
+    finally:
+        node.stop()
+        apiclient.close_client(api)
 
 
 def test_each_status_publish_renews_the_node_lease(

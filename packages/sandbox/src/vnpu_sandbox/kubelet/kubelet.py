@@ -17,7 +17,9 @@ device checkpoint, register the Node, serve Registration and PodResources, then 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +31,7 @@ from vnpu_sandbox.kubelet import (
     allocations,
     apiclient,
     devicemanager,
+    errors,
     nodestatus,
     podresources,
     podworker,
@@ -56,6 +59,12 @@ class KubeletConfig:
     """Server-side timeout of one pod watch request (the watch is reopened after it)."""
     plugin_dial_seconds: float = 10.0
     """How long Register waits for a plugin's socket to answer."""
+    register_timeout_seconds: float = 120.0
+    """How long registering the Node is retried while the API answers nothing, 429 or 5xx
+    (a kubelet retries forever; a loaded kube-apiserver times out creates at start-up)."""
+
+
+REGISTER_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 
 
 class Kubelet:
@@ -102,7 +111,7 @@ class Kubelet:
             self._plugin_dir.mkdir(parents=True, exist_ok=True)
             registration.remove_sockets(self._plugin_dir)
             had_checkpoint = self.devices.restore()
-            self._publisher.register(reset_extended=not had_checkpoint)
+            self._register(reset_extended=not had_checkpoint)
             self._publisher.start()
             self._serve()
             self._worker.start()
@@ -112,6 +121,22 @@ class Kubelet:
         if not self._worker.synced.wait(sync_timeout):
             log.warning("pods_not_synced node=%s timeout_seconds=%s", self.name, sync_timeout)
         log.info("kubelet_started node=%s plugin_dir=%s", self.name, self._plugin_dir)
+
+    def _register(self, reset_extended: bool) -> None:
+        """Register the Node, retrying what retrying can fix until the register timeout."""
+        deadline = time.monotonic() + self.config.register_timeout_seconds
+        for attempt in itertools.count():
+            try:
+                self._publisher.register(reset_extended=reset_extended)
+                return
+            except errors.ApiError as exc:
+                if not exc.temporary or time.monotonic() >= deadline:
+                    raise
+                pause = REGISTER_BACKOFF_SECONDS[min(attempt, len(REGISTER_BACKOFF_SECONDS) - 1)]
+                log.warning(
+                    "node_register_retry node=%s attempt=%d error=%s", self.name, attempt + 1, exc
+                )
+                time.sleep(pause)
 
     def _serve(self) -> None:
         self._registration = registration.RegistrationServer(
