@@ -163,6 +163,8 @@ def test_a_pod_bound_by_hand_cannot_take_what_another_pod_holds(
     node = running
     _run(node, kit, "whole", [[kit.Grant(1, None, WHOLE)]])
     _run(node, kit, "sharer", [[kit.Grant(2, "vir04", 12288)]])
+    held = sorted([node.api.uuid(1), node.api.uuid(2)])
+    kit.wait_for(lambda: sorted(_published(node).get("chips", {})) == held, what="published")
     before = node.vnpus()
     memory = WHOLE if template is None else 3072 if template == "vir01" else 12288
     decision = node.api.decision([[kit.Grant(chip, template, memory)]])
@@ -178,8 +180,9 @@ def test_a_pod_bound_by_hand_cannot_take_what_another_pod_holds(
     assert node.env("whole", "c0") == {"ASCEND_VISIBLE_DEVICES": "1"}
     assert [r["pod"] for r in node.ledger()] == ["sharer"]
     published = _published(node)["chips"]
-    assert sorted(published) == sorted([node.api.uuid(1), node.api.uuid(2)])
-    assert "intruder" not in json.dumps(published)
+    assert sorted(published) == held
+    intruder = node.api.pod("intruder")["metadata"]["uid"]
+    assert intruder not in json.dumps(published)
 
 
 def test_soft_slices_beside_each_other_stay_within_the_cores(node: Node, kit: Kit) -> None:
@@ -193,13 +196,17 @@ def test_soft_slices_beside_each_other_stay_within_the_cores(node: Node, kit: Ki
     assert node.running("first")
     assert node.env("first", "c0")["NPU_PRIORITY"] == "60"
     uid = node.api.pod("first")["metadata"]["uid"]
-    assert _published(node)["chips"] == {node.api.uuid(3): {uid: ["soft:6144:60"]}}
+    kit.wait_for(
+        lambda: _published(node).get("chips") == {node.api.uuid(3): {uid: ["soft:6144:60"]}},
+        what="the soft slice published",
+    )
 
 
 def test_what_a_deleted_pod_held_is_granted_again_once_it_is_gone(running: Node, kit: Kit) -> None:
     node = running
     kit.wait_for(node.plugin.pod_watch.watching.is_set, what="the pod watch open")
     _run(node, kit, "before", [[kit.Grant(0, None, WHOLE)]])
+    kit.wait_for(lambda: _published(node).get("chips"), what="the grant published")
     node.api.delete_pod("before")
     kit.wait_for(lambda: _published(node) == {"v": 1, "chips": {}}, what="the grant released")
     assert json.loads(node.state_dir.joinpath("grants.json").read_text())["records"] == []
@@ -263,17 +270,14 @@ def _edit_ledger(node: Node, **fields: str) -> None:
 def test_a_ledger_record_edited_to_name_a_ghost_does_not_destroy_a_live_vnpu(
     node: Node, kit: Kit
 ) -> None:
-    first = kit.PluginProcess(node).start()
-    try:
-        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
-        node.api.place("live", [[kit.Grant(1, "vir02", 6144)]])
-        kit.wait_for(lambda: node.running("live"), what="live running")
-    finally:
-        first.stop()
+    node.start_plugin()
+    kit.wait_for(lambda: node.capacity() == (28, 28))
+    _run(node, kit, "live", [[kit.Grant(1, "vir02", 6144)]])
+    node.stop_plugin()
     (vnpu,) = node.vnpus()
     _edit_ledger(node, pod_uid=str(uuid.uuid4()), pod="ghost")
 
-    second = kit.PluginProcess(node, "--reconcile-interval", "0.2").start()
+    second = kit.PluginProcess(node, "--reconcile-interval", "0.2").start()  # the restart
     try:
         kit.wait_for(lambda: "reclaim_withheld" in second.output(), timeout=20, what="withheld")
         time.sleep(0.5)  # a few more passes
@@ -381,7 +385,7 @@ def test_a_burst_of_allocates_for_pods_that_do_not_exist_is_answered_at_once(
         kit.wait_for(lambda: node.running("real"), what="the real pod served during the burst")
     elapsed = time.monotonic() - start
     assert codes == [grpc.StatusCode.FAILED_PRECONDITION] * 40
-    assert elapsed < 3.0, f"40 Allocates took {elapsed:.2f} s"
+    assert elapsed < 5.0, f"40 Allocates took {elapsed:.2f} s"  # not one of them waited
     assert _sample(node, "vnpu_device_plugin_allocations_total", result="pod_not_identified") == 40
 
 
@@ -395,12 +399,12 @@ def test_allocates_waiting_for_their_pod_do_not_hold_up_the_others(node: Node, k
     node.api.create_pod("undecided", [("c0", 1)])
     node.api.bind("undecided", {})
     node.api.place("served", [[kit.Grant(1, None, WHOLE), kit.Grant(2, None, WHOLE)]])
-    waited: list[tuple[grpc.StatusCode, float]] = []
+    waited: list[tuple[grpc.StatusCode, float, float]] = []
 
     def wait_in_vain(device: str) -> None:
         start = time.monotonic()
         code = _allocate(node, device)
-        waited.append((code, time.monotonic() - start))
+        waited.append((code, time.monotonic() - start, time.monotonic()))
 
     threads = [
         threading.Thread(target=wait_in_vain, args=(f"{node.api.uuid(3)}-{i}",)) for i in range(4)
@@ -417,10 +421,13 @@ def test_allocates_waiting_for_their_pod_do_not_hold_up_the_others(node: Node, k
         ]
     )
     answer = node.stub().Allocate(request, timeout=10)
-    elapsed = time.monotonic() - start
+    served = time.monotonic()
     for thread in threads:
         thread.join(timeout=10)
     assert answer.container_responses[0].envs["ASCEND_VISIBLE_DEVICES"] == "1,2"
-    assert elapsed < 1.0, f"served after {elapsed:.2f} s, behind the Allocates that wait"
-    assert [code for code, _ in waited] == [grpc.StatusCode.FAILED_PRECONDITION] * 4
-    assert all(2.5 < seconds < 5.0 for _, seconds in waited), waited
+    assert [code for code, _, _ in waited] == [grpc.StatusCode.FAILED_PRECONDITION] * 4
+    assert all(seconds >= 2.9 for _, seconds, _ in waited), waited  # they did wait
+    first_done = min(done for _, _, done in waited)
+    assert served < first_done, (
+        f"served {served - start:.2f} s after asking, after an Allocate that waited had ended"
+    )

@@ -241,6 +241,7 @@ class Holdings:
         self._stats = stats
         self._kubelet = kubelet
         self._attempts = attempts
+        self._strangers_logged: frozenset[str] = frozenset()  # logged once while they stay
         model = inventory_.model
         self._chips = {
             c.phy_id: inventory.Chip(
@@ -315,7 +316,9 @@ class Holdings:
                             uid, namespace, name, chip.phy_id, chip.uuid, whole_usage(model), ids
                         )
                     )
-        if found:
+        shown = frozenset(h.who for h in found)
+        if found and shown != self._strangers_logged:
+            self._strangers_logged = shown
             log.warning(
                 "holdings_not_recorded",
                 pods=sorted({h.who for h in found}),

@@ -290,6 +290,8 @@ class Plugin:
         self.health.stop()
         self.publisher.stop()
         self.monitoring.stop()
+        self.grants.flush()
+        self.kubelet_view.close()
         if self._own_api is not None:
             self._own_api.close()
         if self._own_npu:

@@ -13,7 +13,9 @@
 ``Publisher`` writes them on start, whenever ``poke`` is called (a chip's health changed)
 and every ``interval`` seconds; after a failed write it tries again ``retry`` seconds later
 (HAMi: 30 s and 5 s). One merge patch carries all the keys, so a scheduler never reads an
-inventory without its handshake; ``poke`` is also called after every grant and release. ``plugin`` runs it in its own thread.
+inventory without its handshake; ``poke`` is also called after every grant and release,
+and what changes within ``SETTLE`` seconds of a poke is written in the same patch (a burst
+of Allocates is one node write, after their answers, not one each). ``plugin`` runs it in its own thread.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from vnpu_service import kubeapi
 log = structlog.get_logger(__name__)
 
 SOFT_DEVCORE = 100  # HAMi registers 100 (percent) as a chip's cores in soft mode
+SETTLE = 0.1  # seconds a poke waits for more changes before the node is written
 
 
 def network_id(inventory: devices.Inventory, index: int) -> int | None:
@@ -156,7 +159,8 @@ class Publisher:
             except Exception:  # a bug must not stop the node from being published
                 log.exception("node_publish_crashed")
                 ok = False
-            self._wake.wait(self._interval if ok else self._retry)
+            if self._wake.wait(self._interval if ok else self._retry):
+                self._stop.wait(SETTLE)  # a burst of grants (or health changes) is written once
 
     def stop(self) -> None:
         self._stop.set()

@@ -4,7 +4,7 @@
 the state directory: ``{"format": <format>, "records": [...]}``. ``write`` puts the new text
 in ``<file>.tmp`` and renames it over the old file, so after a crash the file is either the
 old or the new version; with ``durable`` the file and its directory are fsync'ed before it
-returns. ``read`` gives the raw records of a file of the expected format, or nothing when
+returns, and ``sync`` does the same later for a file written without it. ``read`` gives the raw records of a file of the expected format, or nothing when
 the file does not exist; a file that cannot be read, is not UTF-8, is not JSON or is of
 another format raises ``errors.LedgerError`` naming the path and saying how to start over.
 Ownership is never guessed from a file that cannot be read.
@@ -70,3 +70,20 @@ def write(path: Path, fmt: str, records: Sequence[object], *, durable: bool) -> 
                 os.close(directory)
     except OSError as exc:
         raise errors.LedgerError(str(path), f"cannot write: {exc}") from exc
+
+
+def sync(path: Path) -> None:
+    """fsync ``path`` and its directory; ``errors.LedgerError`` when that fails."""
+    try:
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        raise errors.LedgerError(str(path), f"cannot sync: {exc}") from exc
