@@ -142,7 +142,10 @@ def pending_pod(name: str) -> Json:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}]},
+        "spec": {
+            "schedulerName": "vnpu-scheduler",  # what the webhook sets; /bind refuses other pods
+            "containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}],
+        },
     }
 
 

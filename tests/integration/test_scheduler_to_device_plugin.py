@@ -82,7 +82,8 @@ class Cluster:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name},
-            "spec": {"containers": specs},
+            # No webhook runs here: the pod names the scheduler it is for, as the webhook would.
+            "spec": {"schedulerName": "vnpu-scheduler", "containers": specs},
         }
         created: dict[str, Any] = json.loads(
             self.core.create_namespaced_pod("default", body, _preload_content=False).data
