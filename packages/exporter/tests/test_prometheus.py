@@ -98,7 +98,10 @@ def _pod(name: str, memory: int | None = None, chips: int = 1) -> dict[str, Any]
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml"},
-        "spec": {"containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}]},
+        "spec": {
+            "schedulerName": "vnpu-scheduler",  # what the webhook sets; /bind refuses other pods
+            "containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}],
+        },
     }
 
 
