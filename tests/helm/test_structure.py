@@ -234,7 +234,11 @@ def test_rbac_references_resolve(manifests):
         ),
         (
             "vnpu-device-plugin",
-            {("", "nodes"): {"get", "patch"}, ("", "pods"): {"get", "list", "watch", "patch"}},
+            {
+                ("", "nodes"): {"get", "patch"},
+                ("", "pods"): {"get", "list", "watch", "patch"},
+                ("", "events"): {"create"},
+            },
         ),
         ("vnpu-exporter", {("", "pods"): {"list"}}),
     ],
