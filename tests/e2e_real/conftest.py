@@ -3,8 +3,8 @@
 ``cluster`` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the
 binaries ``make k8s-bin`` builds into ``${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/k8s/``) with
 vnpu-scheduler, its TLS webhooks and three simulated nodes, once per test module, and stops
-it afterwards. Without the binaries every test here skips, naming the command that builds
-them. Tests drive it with the kubectl built beside kube-apiserver, as a person would.
+it afterwards. vnpu's services get the RBAC objects of the chart as ``make chart`` renders
+it. Without the binaries every test here skips, naming the command that builds them. Tests drive it with the kubectl built beside kube-apiserver, as a person would.
 """
 
 from __future__ import annotations
@@ -94,10 +94,17 @@ def cluster(
     cluster_file = directory / "cluster.yaml"
     cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
     schedulers = str(getattr(request.module, "SCHEDULERS", 1))
+    # The chart's own RBAC gives vnpu's services their rights: the real authorizer judges it.
+    chart = directory / "chart.yaml"
+    rendered = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(chart)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
     started = sandbox_command(
         "up", "--control-plane", "real", "--cluster", str(cluster_file), "--dir", str(directory),
         "--no-prometheus", "--no-exporters", "--timeout", f"{UP_TIMEOUT_SECONDS:g}",
-        "--schedulers", schedulers,
+        "--schedulers", schedulers, "--rbac", str(chart),
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stderr + started.stdout

@@ -122,3 +122,22 @@ def test_up_without_the_binaries_says_how_to_build_them(
     assert "make k8s-bin" in error
     assert "kube-apiserver" in error
     assert not (tmp_path / "sb" / "sandbox.json").exists()
+
+
+def test_rbac_comes_from_the_rendered_chart_when_given(tmp_path: Path) -> None:
+    chart = tmp_path / "chart.yaml"
+    chart.write_text(
+        "kind: ServiceAccount\nmetadata: {name: vnpu-scheduler, namespace: kube-system}\n---\n"
+        "kind: Deployment\nmetadata: {name: vnpu-scheduler}\n---\n"
+        "kind: ClusterRole\nmetadata: {name: vnpu-scheduler}\nrules: []\n"
+    )
+    kinds = [d["kind"] for d in controlplane.rbac_documents(chart)]
+    assert kinds == ["ServiceAccount", "ClusterRole"]
+    # Without a chart, every service account is bound to cluster-admin.
+    binding = controlplane.rbac_documents()[-1]
+    assert binding["roleRef"]["name"] == "cluster-admin"
+    assert {s["name"] for s in binding["subjects"]} == set(controlplane.SERVICES)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("kind: Deployment\nmetadata: {name: x}\n")
+    with pytest.raises(controlplane.ControlPlaneError, match="no ServiceAccount"):
+        controlplane.rbac_documents(empty)

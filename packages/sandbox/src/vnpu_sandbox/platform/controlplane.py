@@ -14,8 +14,8 @@ Who is who, as kube-apiserver's x509 authenticator reads the client certificates
 * kube-controller-manager and kube-scheduler: their built-in users, with the default RBAC
   (the controllers run with service-account credentials, as kubeadm sets them up);
 * vnpu-scheduler, the device plugins and the exporters: the service accounts the chart
-  creates (``system:serviceaccount:kube-system:vnpu-<part>``), bound here to ``cluster-admin``
-  (the chart's narrower roles are not applied: a gap docs/real-control-plane.md names).
+  creates (``system:serviceaccount:kube-system:vnpu-<part>``), with the chart's own RBAC
+  objects when ``up --rbac`` names the rendered chart, else bound to ``cluster-admin``.
 
 Failures are ``ControlPlaneError`` (binaries missing: the message says how to build them).
 """
@@ -334,8 +334,25 @@ def ca_bundle(plane: Plane) -> str:
     return base64.b64encode(plane.pki.ca.cert.read_bytes()).decode()
 
 
-def rbac_documents() -> list[dict[str, Any]]:
-    """vnpu's service accounts, bound to cluster-admin."""
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def rbac_documents(chart: Path | None = None) -> list[dict[str, Any]]:
+    """vnpu's service accounts and their rights.
+
+    With ``chart`` (the chart rendered to YAML, ``make chart OUT=FILE``), its RBAC objects as
+    they are, so the real authorizer judges the chart's roles; without, the service accounts
+    bound to cluster-admin.
+    """
+    if chart is not None:
+        try:
+            documents = list(yaml.safe_load_all(chart.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ControlPlaneError(f"--rbac {chart}: cannot read it: {exc}") from exc
+        found = [d for d in documents if isinstance(d, dict) and d.get("kind") in RBAC_KINDS]
+        if not found:
+            raise ControlPlaneError(f"--rbac {chart}: no {', '.join(RBAC_KINDS)} in it")
+        return found
     subjects = [{"kind": "ServiceAccount", "name": s, "namespace": NAMESPACE} for s in SERVICES]
     accounts = [
         {
@@ -359,9 +376,13 @@ def rbac_documents() -> list[dict[str, Any]]:
     return [*accounts, binding]
 
 
+_RBAC = "/apis/rbac.authorization.k8s.io/v1"
 _COLLECTIONS = {
-    "ServiceAccount": f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": f"{_RBAC}/clusterroles",
+    "ClusterRoleBinding": f"{_RBAC}/clusterrolebindings",
+    "Role": f"{_RBAC}/namespaces/{{namespace}}/roles",
+    "RoleBinding": f"{_RBAC}/namespaces/{{namespace}}/rolebindings",
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
@@ -374,8 +395,9 @@ _COLLECTIONS = {
 def create(api_url: str, context: ssl.SSLContext, document: dict[str, Any]) -> None:
     """POST ``document`` to its collection; an object that already exists is left alone."""
     kind = str(document["kind"])
+    namespace = (document.get("metadata") or {}).get("namespace") or NAMESPACE
     request = urllib.request.Request(
-        api_url + _COLLECTIONS[kind],
+        api_url + _COLLECTIONS[kind].format(namespace=namespace),
         data=json.dumps(document).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",

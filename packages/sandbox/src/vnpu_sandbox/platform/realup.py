@@ -50,9 +50,10 @@ def bring_up(
     prometheus: str | None,
     timeout: float,
     schedulers: int = 1,
+    rbac: Path | None = None,
 ) -> None:
     """Start everything; ``schedulers`` pairs of kube-scheduler and vnpu-scheduler (see
-    ``_more_schedulers``)."""
+    ``_more_schedulers``); ``rbac``: the rendered chart whose RBAC objects to apply."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -67,11 +68,11 @@ def bring_up(
     webhooks = manifests.webhook_configurations(
         controlplane.https(plane.ports.webhook), controlplane.ca_bundle(plane)
     )
-    for document in [*controlplane.rbac_documents(), *webhooks]:
-        try:
+    try:
+        for document in [*controlplane.rbac_documents(rbac), *webhooks]:
             controlplane.create(plane.api_url, run_.tls, document)
-        except controlplane.ControlPlaneError as exc:
-            raise startup.StartError("kube-apiserver", str(exc)) from exc
+    except controlplane.ControlPlaneError as exc:
+        raise startup.StartError("kube-apiserver", str(exc)) from exc
     extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
     _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
     for node in nodes:

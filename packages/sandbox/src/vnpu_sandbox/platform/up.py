@@ -113,6 +113,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "all active (default: %(default)s)",
     )
     parser.add_argument(
+        "--rbac",
+        type=Path,
+        metavar="FILE",
+        help="with --control-plane real: the chart rendered to YAML (`make chart OUT=FILE`); "
+        "its RBAC objects give vnpu's services their rights (default: cluster-admin)",
+    )
+    parser.add_argument(
         "--alert-rules",
         type=Path,
         metavar="FILE",
@@ -166,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
     prometheus, rules, notes = _prometheus(args)
     if rules is not None and not rules.is_file():
         return _fail(f"--alert-rules {rules}: no such file")
+    if args.rbac is not None and not (real and args.rbac.is_file()):
+        return _fail(f"--rbac {args.rbac}: no such file, or not with --control-plane real")
     for stale in ("nodes", "logs", "prometheus", "control-plane"):
         shutil.rmtree(where.root / stale, ignore_errors=True)
     ports = components.choose_ports(
@@ -192,7 +201,15 @@ def run(args: argparse.Namespace) -> int:
         if real:
             _write_prometheus_config(where, ports, prometheus, rules)
             realup.bring_up(
-                run_, where, nodes, ports, plane, prometheus, args.timeout, args.schedulers
+                run_,
+                where,
+                nodes,
+                ports,
+                plane,
+                prometheus,
+                args.timeout,
+                args.schedulers,
+                args.rbac,
             )
         else:
             _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
