@@ -103,7 +103,7 @@ def cluster(
     assert rendered.returncode == 0, rendered.stderr
     started = sandbox_command(
         "up", "--control-plane", "real", "--cluster", str(cluster_file), "--dir", str(directory),
-        "--no-prometheus", "--no-exporters", "--timeout", f"{UP_TIMEOUT_SECONDS:g}",
+        "--no-prometheus", "--timeout", f"{UP_TIMEOUT_SECONDS:g}",
         "--schedulers", schedulers, "--rbac", str(chart),
     )  # fmt: skip
     try:
