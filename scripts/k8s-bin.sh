@@ -64,7 +64,8 @@ run_go() {
   if ! (cd "$dir" && "$@") >>"$log" 2>&1; then
     say "failed: $what"
     local refused
-    refused=$(grep -E '(reading|verifying|downloading|go: ).*(404|410|not found|unknown revision|invalid version|refused|no matching versions|requires go)' "$log" | tail -n 5 || true)
+    refused=$(grep -E '(403|404|410|Forbidden|not found|not available|unknown revision|invalid version|refused|no matching versions|requires go)' "$log" |
+      sed -e 's/^[[:space:]]*"Error": "//' -e 's/",\{0,1\}$//' -e 's/\\n\\t/ /g' | sort -u | tail -n 5 || true)
     if [[ -n "$refused" ]]; then
       say "the Go module proxy ($(go env GOPROXY)) refused:"
       printf '  %s\n' "$refused" >&2
