@@ -115,6 +115,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="node status refresh when nothing changes; 0 = off (default: %(default)s)",
     )
     parser.add_argument(
+        "--register-timeout",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="retry registering the Node this long while the API answers nothing, 429 or "
+        "5xx; 0 = give up at once (default: %(default)s)",
+    )
+    parser.add_argument(
         "--plugin-grace-seconds",
         type=_seconds,
         default=devicemanager.DEFAULT_GRACE_SECONDS,
@@ -181,6 +189,7 @@ def config_from_args(args: argparse.Namespace) -> kubelet.KubeletConfig:
         heartbeat_seconds=args.heartbeat_seconds,
         plugin_grace_seconds=args.plugin_grace_seconds,
         pod_resources_get=not args.no_pod_resources_get,
+        register_timeout_seconds=args.register_timeout,
     )
 
 

@@ -59,9 +59,10 @@ class KubeletConfig:
     """Server-side timeout of one pod watch request (the watch is reopened after it)."""
     plugin_dial_seconds: float = 10.0
     """How long Register waits for a plugin's socket to answer."""
-    register_timeout_seconds: float = 120.0
+    register_timeout_seconds: float = 0.0
     """How long registering the Node is retried while the API answers nothing, 429 or 5xx
-    (a kubelet retries forever; a loaded kube-apiserver times out creates at start-up)."""
+    (0: not at all). A kubelet retries forever; a loaded kube-apiserver times creates out
+    while many nodes start."""
 
 
 REGISTER_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)

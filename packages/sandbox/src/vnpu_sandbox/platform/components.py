@@ -22,6 +22,8 @@ from vnpu_sandbox.platform import clusterfile, layout
 
 LOOPBACK = "127.0.0.1"
 PLUGIN_REPORT_RETRY_SECONDS = 1.0
+REGISTER_TIMEOUT_SECONDS = 120.0
+"""How long a simulated kubelet retries registering its Node with a real kube-apiserver."""
 EXPORTER_FAST_GROUPS = ("vnpus", "pods", "pod_resources", "ownership")
 EXPORTER_REFRESH_SECONDS = 2.0
 """The exporter's allocation groups refresh this often here (10 s by default), so a person
@@ -223,6 +225,8 @@ def node_agents(
         str(dirs.kubelet_state),
         "--label",
         f"vnpu.io/chip-model={node.model}",
+        # kube-apiserver, unlike the emulator, times creates out while many nodes start.
+        *(() if credentials is None else ("--register-timeout", f"{REGISTER_TIMEOUT_SECONDS:g}")),
     )
     plugin = _python(
         "vnpu_device_plugin",
