@@ -93,6 +93,9 @@ class Topology:
         """
         if not self.allowed(count) or len(free) < count:
             return None
+        plain = self._choose(free, count)
+        if plain is None:  # NetworkIDs only narrow what the layout allows, never widen it
+            return None
         if networks is not None and count > 1:
             by_network: dict[int, list[int]] = {}
             for i in free:
@@ -103,7 +106,7 @@ class Topology:
                     inside = self._choose(members, count)
                     if inside is not None:
                         return inside
-        return self._choose(free, count)
+        return plain
 
     def _choose(self, free: Sequence[int], count: int) -> tuple[int, ...] | None:
         free_set = set(free)
