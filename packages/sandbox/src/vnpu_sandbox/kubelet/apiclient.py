@@ -51,7 +51,8 @@ def close_client(api: client.ApiClient) -> None:
     api.close()  # type: ignore[no-untyped-call]
 
 
-def _message(exc: exceptions.ApiException) -> str:
+def status_message(exc: exceptions.ApiException) -> str:
+    """The server's message from an ApiException (its Status body), else the HTTP reason."""
     body: object = exc.body
     if isinstance(body, bytes):
         body = body.decode("utf-8", errors="replace")
@@ -70,7 +71,7 @@ def _call(verb: str, target: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except exceptions.ApiException as exc:
-        raise errors.ApiError(verb, target, int(exc.status or 0), _message(exc)) from exc
+        raise errors.ApiError(verb, target, int(exc.status or 0), status_message(exc)) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise errors.ApiError(verb, target, 0, str(exc)) from exc
 

@@ -24,6 +24,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client import exceptions
 
+from vnpu_sandbox.kubelet import apiclient
 from vnpu_sandbox.scheduling import errors, logs
 
 log = logging.getLogger(__name__)
@@ -36,26 +37,13 @@ UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 LIST_PAGE = 500
 
 
-def _message(exc: exceptions.ApiException) -> str:
-    body: object = exc.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", errors="replace")
-    if isinstance(body, str) and body:
-        try:
-            status = json.loads(body)
-        except ValueError:
-            return body[:300]
-        if isinstance(status, dict) and status.get("message"):
-            return str(status["message"])
-        return body[:300]
-    return str(exc.reason or "")
-
-
 def _call(verb: str, target: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except exceptions.ApiException as exc:
-        raise errors.ApiError(verb, target, int(exc.status or 0), _message(exc)) from exc
+        raise errors.ApiError(
+            verb, target, int(exc.status or 0), apiclient.status_message(exc)
+        ) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise errors.ApiError(verb, target, 0, str(exc)) from exc
 
