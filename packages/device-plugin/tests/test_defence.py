@@ -32,15 +32,14 @@ from typing import Any
 import grpc
 import pytest
 
-from vnpu_core import protocol
-from vnpu_device_plugin import holdings
+from vnpu_core import granted, protocol
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
 
 Node = Any
 Kit = Any
 CW = "Ascend310P"
 WHOLE = 21527
-GRANTED = holdings.annotation_key(CW)
+GRANTED = granted.annotation_key(CW)
 MERGE_PATCH = "application/merge-patch+json"
 DECISION_KEYS = (
     protocol.to_allocate_key(CW),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_core import catalog, protocol, topology
+from vnpu_core import catalog, granted, protocol, topology
 from vnpu_device_plugin import (
     cluster,
     crashpoints,
@@ -684,7 +684,7 @@ def test_the_granted_annotation_is_compact_sorted_and_marks_init_containers() ->
         '"U2":{"aaaaaaaa":["soft:3072:30"]}},"v":1}'
     )
     assert holdings.encode([]) == '{"chips":{},"v":1}'
-    assert holdings.annotation_key(CW) == "vnpu.io/granted-Ascend310P"
+    assert granted.annotation_key(CW) == "vnpu.io/granted-Ascend310P"
 
 
 def test_a_pods_init_containers_count_alone_beside_its_app_containers() -> None:

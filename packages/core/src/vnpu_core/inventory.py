@@ -9,6 +9,7 @@ by building new values. The scheduler, the planner and the exporter build these.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vnpu_core import catalog, topology
@@ -165,6 +166,32 @@ class ChipUsage:
             tuple(dict.fromkeys(self.templates + other.templates)),
         )
 
+    def covers(self, other: ChipUsage) -> bool:
+        """True when this usage takes at least as much as ``other`` in every budget."""
+        return self.peak(other).same_budgets(self)
+
+    def same_budgets(self, other: ChipUsage) -> bool:
+        """Equal budget by budget (the template names aside)."""
+        return (
+            self.vnpus,
+            self.memory_mib,
+            self.aicore,
+            self.aicpu,
+            self.media,
+            self.soft_slices,
+            self.core_percent,
+            self.exclusive,
+        ) == (
+            other.vnpus,
+            other.memory_mib,
+            other.aicore,
+            other.aicpu,
+            other.media,
+            other.soft_slices,
+            other.core_percent,
+            other.exclusive,
+        )
+
 
 IDLE = ChipUsage()
 
@@ -211,3 +238,38 @@ def load_ratio(chip: Chip, usage: ChipUsage, extra: catalog.Template | None = No
         (usage.aicore + extra.aicore) / model.aicore,
         (usage.aicpu + extra.aicpu) / model.aicpu,
     )
+
+
+def overcommitted(chip: Chip, held: Sequence[ChipUsage]) -> str:
+    """Why the holdings of several pods cannot all be on ``chip`` at once ('' if they can).
+
+    A chip held whole has room for nobody else; hard vNPUs and soft slices never share a
+    chip; otherwise the sum must fit every budget the allocator checks (media engines aside).
+    """
+    busy = [h for h in held if not h.idle]
+    if len(busy) > 1 and any(h.exclusive for h in busy):
+        return f"held whole by one pod and by {len(busy) - 1} other(s)"
+    total = IDLE
+    for usage in busy:
+        total = total.plus(usage)
+    if total.vnpus and total.soft_slices:
+        return "hard vNPUs and soft slices on the same chip"
+    model = chip.model
+    limits: tuple[tuple[str, int, int], ...]
+    if total.soft_slices:
+        limits = (
+            ("soft slices", total.soft_slices, chip.slots),
+            ("memory MiB", total.memory_mib, chip.memory_mib),
+            ("core percent", total.core_percent, 100),
+        )
+    else:
+        limits = (
+            ("vNPUs", total.vnpus, chip.vnpu_limit),
+            ("memory MiB", total.memory_mib, model.memory_capacity_mib),
+            ("AI cores", total.aicore, model.aicore),
+            ("AI CPUs", total.aicpu, model.aicpu),
+        )
+    for what, used, limit in limits:
+        if used > limit:
+            return f"{used} {what} held, {limit} on the chip"
+    return ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from vnpu_core import catalog, errors, inventory, protocol
@@ -192,3 +193,114 @@ def node_usage(pods: Iterable[Mapping[str, Any]], node: str, models: catalog.Cat
         else:
             add(usage, held)
     return Ledger(usage, tuple(problems))
+
+
+# --- what the pods claim against what the node granted ---------------------------------------
+
+
+class Disagreement(StrEnum):
+    """How a pod's decision annotations and its node's grants (``vnpu_core.granted``) differ."""
+
+    ANNOTATION_MISSING = "annotation_missing"  # a live pod holds grants its annotations do not show
+    ANNOTATION_DIFFERS = "annotation_differs"  # its annotations show less than was granted
+    ANNOTATION_UNREADABLE = "annotation_unreadable"  # unreadable: counted as what was granted
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    pod: str  # namespace/name
+    reason: Disagreement
+    chips: tuple[str, ...]  # the chip UUIDs concerned
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One pod bound to the node: who it is and what its decision annotations say it holds."""
+
+    pod: str  # namespace/name
+    held: dict[str, ChipUsage] | Problem
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """Usage counted from both sides, and where they disagree or a chip is held twice."""
+
+    ledger: Ledger
+    mismatches: tuple[Mismatch, ...] = ()
+    clashes: tuple[tuple[str, str], ...] = ()  # (chip UUID, why its holders cannot coexist)
+
+
+def _short(held: Mapping[str, ChipUsage], grant: Mapping[str, ChipUsage]) -> tuple[str, ...]:
+    """The chips where ``held`` shows less than ``grant`` in some budget."""
+    return tuple(
+        sorted(uuid for uuid, g in grant.items() if not held.get(uuid, inventory.IDLE).covers(g))
+    )
+
+
+def _peak(held: Mapping[str, ChipUsage], grant: Mapping[str, ChipUsage]) -> dict[str, ChipUsage]:
+    merged = dict(held)
+    for uuid, g in grant.items():
+        merged[uuid] = merged.get(uuid, inventory.IDLE).peak(g)
+    return merged
+
+
+def reconcile(
+    claims: Mapping[str, Claim],
+    grants: Mapping[str, Mapping[str, ChipUsage]] | None,
+    live: Mapping[str, str],
+    node: inventory.Node | None,
+) -> Reconciled:
+    """A node's usage from its pods' claims (by pod UID) and what its device plugin granted.
+
+    ``grants`` is ``vnpu_core.granted.by_pod`` of every model the node registers, or None
+    when the node does not report (HAMi's or Volcano's device plugin). Each pod counts as
+    holding, budget by budget, the larger of what its annotations claim and what it was
+    granted, so editing its own annotations frees nothing. A pod the node granted that
+    claims nothing counts as its grants (a pod that is gone but still granted too: the
+    device plugin refuses to grant over it until it sees it end); when it is still
+    ``live`` (UID -> namespace/name of the node's bound, unfinished pods), that is a
+    mismatch. An unreadable pod counts as its grants when the node reports, and as unknown
+    (``Ledger.problems``: the node cannot be used) only when it does not. ``clashes``
+    lists the chips whose holders, counted so, cannot coexist (``inventory.overcommitted``).
+    """
+    usage: dict[str, ChipUsage] = {}
+    problems: list[Problem] = []
+    mismatches: list[Mismatch] = []
+    holders: dict[str, list[ChipUsage]] = {}
+    reported = grants or {}
+
+    def count(held: Mapping[str, ChipUsage]) -> None:
+        add(usage, held)
+        for uuid, chip_usage in held.items():
+            if not chip_usage.idle:
+                holders.setdefault(uuid, []).append(chip_usage)
+
+    for uid, claim in claims.items():
+        grant = reported.get(uid, {})
+        if isinstance(claim.held, Problem):
+            if grants is None:
+                problems.append(claim.held)
+                continue
+            reason = Disagreement.ANNOTATION_UNREADABLE
+            mismatches.append(Mismatch(claim.pod, reason, tuple(sorted(grant))))
+            count(grant)
+            continue
+        short = _short(claim.held, grant)
+        if short:
+            mismatches.append(Mismatch(claim.pod, Disagreement.ANNOTATION_DIFFERS, short))
+        count(_peak(claim.held, grant))
+    for uid, grant in reported.items():
+        if uid in claims:
+            continue
+        count(grant)
+        if uid in live:
+            chips = tuple(sorted(grant))
+            mismatches.append(Mismatch(live[uid], Disagreement.ANNOTATION_MISSING, chips))
+    clashes: list[tuple[str, str]] = []
+    if node is not None:
+        for uuid, held in sorted(holders.items()):
+            chip = node.chip(uuid)
+            why = inventory.overcommitted(chip, held) if chip is not None and len(held) > 1 else ""
+            if why:
+                clashes.append((uuid, why))
+    return Reconciled(Ledger(usage, tuple(problems)), tuple(mismatches), tuple(clashes))

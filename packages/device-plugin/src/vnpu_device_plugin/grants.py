@@ -37,11 +37,11 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import structlog
 
+from vnpu_core import granted
 from vnpu_device_plugin import errors, statefile
 
 log = structlog.get_logger(__name__)
@@ -51,10 +51,7 @@ FORMAT = "vnpu-device-plugin-grants/v1"
 NO_VNPU = -1  # ``vnpu_id`` of a grant that is not a vNPU this plugin created
 
 
-class Kind(StrEnum):
-    WHOLE = "whole"  # the chip, for the container alone
-    VNPU = "vnpu"  # a hard vNPU of ``template``
-    SOFT = "soft"  # a hami-vnpu-core slice of ``memory_mib`` and ``cores`` percent
+Kind = granted.Kind  # whole: the chip for one container; vnpu: a hard vNPU; soft: a slice
 
 
 @dataclass(frozen=True, slots=True)

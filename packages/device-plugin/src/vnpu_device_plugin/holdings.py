@@ -26,14 +26,14 @@ container that terminated), the grants of those that are done are dropped, and t
 runs again. What still conflicts raises ``errors.GrantConflict`` (counted in
 ``vnpu_device_plugin_grant_conflicts_total{reason}``).
 
-``encode`` is the vnpu-only node annotation ``vnpu.io/granted-<CW>`` (docs/protocol.md)
+``encode`` is the vnpu-only node annotation ``vnpu.io/granted-<CW>`` (``vnpu_core.granted``)
 that ``publisher`` writes, so a scheduler can count what was granted rather than what pod
 annotations claim. ``allocations`` calls ``check`` under the allocation lock.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -41,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import budgets, catalog, inventory, requests
+from vnpu_core import budgets, catalog, granted, inventory, requests
 from vnpu_core import ledger as core_ledger
 from vnpu_core.inventory import ChipUsage
 from vnpu_device_plugin import (
@@ -59,15 +59,6 @@ from vnpu_device_plugin.npu import backend, limits
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
-
-ANNOTATION_PREFIX = "vnpu.io/granted-"
-ANNOTATION_VERSION = 1
-INIT_PREFIX = "init:"
-
-
-def annotation_key(common_word: str) -> str:
-    """``vnpu.io/granted-<CW>``: what this node's plugin granted, per chip and pod."""
-    return f"{ANNOTATION_PREFIX}{common_word}"
 
 
 class Source(StrEnum):
@@ -87,7 +78,7 @@ class Holding:
     init: bool
     chip: int
     chip_uuid: str
-    token: str  # as published: whole, vnpu:<template>, soft:<MiB>:<percent>
+    shown: granted.Holding | None  # as published (init aside); None for a stranger
     usage: ChipUsage
     device_ids: frozenset[str]
     source: Source
@@ -103,24 +94,16 @@ class Holding:
 
 
 def whole_usage(model: catalog.ChipModel) -> ChipUsage:
-    return ChipUsage(memory_mib=model.memory_allocatable_mib, exclusive=True)
+    return granted.holding_usage(model, granted.Holding(granted.Kind.WHOLE))
 
 
 def vnpu_usage(model: catalog.ChipModel, template: str) -> ChipUsage:
-    return inventory.template_usage(core_ledger.template_from_name(model, template))
+    return granted.holding_usage(model, granted.Holding(granted.Kind.VNPU, template=template))
 
 
 def soft_usage(model: catalog.ChipModel, memory_mib: int, cores: int) -> ChipUsage:
-    exclusive = cores >= 100 or memory_mib >= model.memory_allocatable_mib
-    return inventory.soft_usage(memory_mib, cores, exclusive)
-
-
-def token(kind: grants.Kind, template: str, memory_mib: int, cores: int) -> str:
-    if kind is grants.Kind.WHOLE:
-        return "whole"
-    if kind is grants.Kind.VNPU:
-        return f"vnpu:{template}"
-    return f"soft:{memory_mib}:{cores}"
+    published = granted.Holding(granted.Kind.SOFT, memory_mib=memory_mib, cores=cores)
+    return granted.holding_usage(model, published)
 
 
 def from_grant(model: catalog.ChipModel, grant: grants.Grant) -> Holding:
@@ -138,7 +121,7 @@ def from_grant(model: catalog.ChipModel, grant: grants.Grant) -> Holding:
         grant.init,
         grant.chip,
         grant.chip_uuid,
-        token(grant.kind, grant.template, grant.memory_mib, grant.cores),
+        granted.Holding(grant.kind, grant.template, grant.memory_mib, grant.cores),
         usage,
         frozenset(grant.device_ids),
         Source.GRANT,
@@ -155,7 +138,7 @@ def from_record(model: catalog.ChipModel, record: ledger.Record) -> Holding:
         record.init,
         record.chip,
         record.chip_uuid,
-        f"vnpu:{record.template}",
+        granted.Holding(granted.Kind.VNPU, template=record.template),
         vnpu_usage(model, record.template),
         frozenset(),
         Source.LEDGER,
@@ -181,25 +164,17 @@ def pod_usage(held: Iterable[Holding]) -> ChipUsage:
 
 
 def encode(held: Iterable[Holding]) -> str:
-    """The ``vnpu.io/granted-<CW>`` value for what this plugin granted (docs/protocol.md).
+    """The ``vnpu.io/granted-<CW>`` value for what this plugin granted (``vnpu_core.granted``).
 
-    ``{"v":1,"chips":{"<chip UUID>":{"<pod UID>":["<holding>",...]}}}``, compact, keys and
-    holdings sorted; a holding is ``whole``, ``vnpu:<template>`` or ``soft:<MiB>:<core
-    percent>``, prefixed ``init:`` for a run-to-completion init container. Chips with
-    nothing granted are left out. Strangers (not granted here) are not published.
+    Strangers (pods kubelet lists with devices this plugin did not grant) are not published.
     """
-    chips: dict[str, dict[str, list[str]]] = {}
+    chips: dict[str, dict[str, list[granted.Holding]]] = {}
     for holding in held:
-        if holding.source is Source.KUBELET:
+        if holding.shown is None:
             continue
-        shown = (INIT_PREFIX if holding.init else "") + holding.token
+        shown = dataclasses.replace(holding.shown, init=holding.init)
         chips.setdefault(holding.chip_uuid, {}).setdefault(holding.pod_uid, []).append(shown)
-    for pods in chips.values():
-        for tokens in pods.values():
-            tokens.sort()
-    return json.dumps(
-        {"v": ANNOTATION_VERSION, "chips": chips}, separators=(",", ":"), sort_keys=True
-    )
+    return granted.encode(chips)
 
 
 @dataclass(frozen=True)
@@ -338,7 +313,7 @@ class Holdings:
         ids: frozenset[str],
     ) -> Holding:
         return Holding(
-            uid, namespace, name, "", False, chip, uuid, "unknown", usage, ids, Source.KUBELET
+            uid, namespace, name, "", False, chip, uuid, None, usage, ids, Source.KUBELET
         )
 
     def _chip_of(self, device_id: str) -> backend.ChipInfo | None:

@@ -191,7 +191,7 @@ class Plugin:
             retry=options.report_retry,
             offset=options.report_time_offset,
             attempts=options.api_attempts,
-            granted=self.holdings.annotation,
+            grants=self.holdings.annotation,
         )
         self.grants.on_change = self.publisher.poke
         self.health = health.HealthMonitor(

@@ -7,8 +7,9 @@
 * ``hami-vnpu-core``: ``"true"`` when the node runs hami-vnpu-core;
 * ``vnpu.io/server``: the server layout, which vnpu's scheduler reads and HAMi and
   Volcano ignore;
-* ``vnpu.io/granted-<CW>``: what this plugin granted, per chip and pod (``holdings.encode``),
-  which vnpu's scheduler can count instead of pod annotations a tenant can edit.
+* ``vnpu.io/granted-<CW>``: what this plugin granted, per chip and pod (``holdings.encode``;
+  the format is ``vnpu_core.granted``), which vnpu's scheduler counts beside the pod
+  annotations a tenant can edit.
 
 ``Publisher`` writes them on start, whenever ``poke`` is called (a chip's health changed)
 and every ``interval`` seconds; after a failed write it tries again ``retry`` seconds later
@@ -26,8 +27,8 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from vnpu_core import coordination, nodes, protocol
-from vnpu_device_plugin import cluster, devices, health, holdings, metrics
+from vnpu_core import coordination, granted, nodes, protocol
+from vnpu_device_plugin import cluster, devices, health, metrics
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
@@ -69,15 +70,15 @@ def node_annotations(
     inventory: devices.Inventory,
     healthy: dict[int, bool],
     reported: datetime,
-    granted: str | None = None,
+    grants: str | None = None,
 ) -> dict[str, str]:
     """The node annotations for the current health; ``reported`` is naive local time.
 
-    ``granted`` is the ``vnpu.io/granted-<CW>`` value, left out when None.
+    ``grants`` is the ``vnpu.io/granted-<CW>`` value, left out when None.
     """
     word = inventory.common_word
     handshake = coordination.Handshake(coordination.HandshakeState.REPORTED, reported)
-    extra = {} if granted is None else {holdings.annotation_key(word): granted}
+    extra = {} if grants is None else {granted.annotation_key(word): grants}
     return extra | {
         protocol.node_register_key(word): protocol.encode_node_register(
             registered_chips(inventory, healthy)
@@ -102,7 +103,7 @@ class Publisher:
         retry: float,
         offset: float,
         attempts: int,
-        granted: Callable[[], str] | None = None,
+        grants: Callable[[], str] | None = None,
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self._api = api
@@ -114,7 +115,7 @@ class Publisher:
         self._offset = timedelta(seconds=offset)
         self._attempts = attempts
         self._clock = clock
-        self._granted = granted
+        self._grants = grants
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,7 +127,7 @@ class Publisher:
             self._inventory,
             self._board.healthy(),
             self._clock() + self._offset,
-            self._granted() if self._granted is not None else None,
+            self._grants() if self._grants is not None else None,
         )
         node = self._inventory.node
         try:
