@@ -7,6 +7,7 @@ Each error carries the data a caller needs (which field, which value), not only 
     ├── ProtocolError      a wire annotation cannot be decoded (key, bad fragment)
     ├── QuantityError      a resource quantity is not one Kubernetes can read (value)
     ├── RequestError       a pod asks for something malformed or impossible (container, resource, value)
+    ├── QuotaError         a ResourceQuota or the tenants config is invalid (source, path, value)
     └── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
 
 None of them is worth retrying: the input has to change first.
@@ -59,6 +60,19 @@ class RequestError(VnpuError):
         self.value = value
         self.problem = problem
         super().__init__(f"container {container!r}: {resource}={value}: {problem}")
+
+
+class QuotaError(VnpuError):
+    """An NPU quota cannot be read: ``source`` names the object (``ResourceQuota ml/npu``, the
+    tenants config key), ``path`` the field inside it (``spec.hard["limits.vnpu.io/aicore"]``,
+    ``teams[1].nominal.memory``)."""
+
+    def __init__(self, source: str, path: str, value: object, problem: str) -> None:
+        self.source = source
+        self.path = path
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{source}: {path}: {problem} (got {value!r})")
 
 
 class InputFileError(VnpuError):

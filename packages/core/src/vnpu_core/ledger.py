@@ -112,14 +112,29 @@ def _init_flags(pod: Mapping[str, Any]) -> list[bool]:
     return flags + [False] * len(spec.get("containers") or [])
 
 
-def pod_usage(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, ChipUsage]:
-    """What one pod holds, by chip UUID. Raises ProtocolError on a malformed annotation."""
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device entry of a pod's decision annotations, read: its container and what it holds."""
+
+    container: int  # the container's position in annotation order (init containers first)
+    runs_alone: bool  # a run-to-completion init container's, counted while init runs
+    model: catalog.ChipModel
+    uuid: str
+    usage: ChipUsage
+
+
+def devices(pod: Mapping[str, Any], models: catalog.Catalog) -> list[Device]:
+    """Every device entry that still counts, model by model, in annotation order.
+
+    Entries of run-to-completion init containers are left out once they have all finished.
+    Raises ProtocolError on a malformed annotation. ``pod_usage`` sums these chip by chip;
+    ``vnpu_core.holdings`` counts them in quota units.
+    """
     annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
     soft = annotations.get(protocol.VNPU_MODE_KEY) == protocol.SOFT_MODE_VALUE
     flags = _init_flags(pod)
     init_done = _init_done(pod)
-    regular: dict[str, ChipUsage] = {}
-    alone: list[dict[str, ChipUsage]] = []
+    found: list[Device] = []
     for model in models:
         key = protocol.allocated_key(model.common_word)
         raw = annotations.get(key)
@@ -128,20 +143,29 @@ def pod_usage(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, Chip
         containers = protocol.decode_devices(key, raw)
         templates = _templates(annotations, model)
         position = 0
-        for number, devices in enumerate(containers):
+        for number, entries in enumerate(containers):
             runs_alone = flags[number] if number < len(flags) else False
-            target: dict[str, ChipUsage] = {}
-            for entry in devices:
+            for entry in entries:
                 template = _template_for(templates, position, entry.uuid)
                 position += 1
+                if runs_alone and init_done:
+                    continue
                 held = entry_usage(model, entry, template, soft)
-                target[entry.uuid] = target.get(entry.uuid, inventory.IDLE).plus(held)
-            if runs_alone:
-                if not init_done:
-                    alone.append(target)
-            else:
-                add(regular, target)
-    for init_usage in alone:
+                found.append(Device(number, runs_alone, model, entry.uuid, held))
+    return found
+
+
+def pod_usage(pod: Mapping[str, Any], models: catalog.Catalog) -> dict[str, ChipUsage]:
+    """What one pod holds, by chip UUID. Raises ProtocolError on a malformed annotation."""
+    regular: dict[str, ChipUsage] = {}
+    alone: dict[tuple[str, int], dict[str, ChipUsage]] = {}
+    for device in devices(pod, models):
+        if device.runs_alone:
+            target = alone.setdefault((device.model.common_word, device.container), {})
+        else:
+            target = regular
+        target[device.uuid] = target.get(device.uuid, inventory.IDLE).plus(device.usage)
+    for init_usage in alone.values():
         for uuid, held in init_usage.items():
             regular[uuid] = regular.get(uuid, inventory.IDLE).peak(held)
     return regular
