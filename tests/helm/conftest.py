@@ -130,6 +130,7 @@ SCENARIOS: dict[str, Json] = {
         }
     },
     "no-webhook": {"scheduler": {"webhook": {"enabled": False}}},
+    "extender-mtls": {"scheduler": {"extender": {"tls": {"enabled": True}}}},
     "two-replicas": {"scheduler": {"replicas": 2}},
     "monitoring": {
         "scheduler": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},

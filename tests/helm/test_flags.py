@@ -76,6 +76,11 @@ def _materialise(manifests, path: str, local: Path) -> None:
         text = config["data"]["device-config.yaml"] if config else "vnpus: []\n"
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_text(text, encoding="utf-8")
+    elif "/extender-tls/" in path:
+        secret = manifests.find("Secret", "vnpu-scheduler-extender-tls")
+        data = base64.b64decode(secret["data"][Path(path).name]) if secret else b"x"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
     elif path.endswith(("tls.crt", "tls.key")):
         secret = manifests.find("Secret", "vnpu-scheduler-tls")
         data = base64.b64decode(secret["data"][Path(path).name]) if secret else b"x"

@@ -1,8 +1,9 @@
 """Every rendered document, in every scenario: known kinds, unique names, matching selectors.
 
 The scenarios (conftest.SCENARIOS) cover the defaults, Volcano mode, each component turned
-off, the three webhook certificate sources, two scheduler replicas, the monitoring objects,
-the simulated backend, soft mode and an external device ConfigMap.
+off, the three webhook certificate sources, mutual TLS for the extender, two scheduler
+replicas, the monitoring objects, the simulated backend, soft mode and an external device
+ConfigMap.
 """
 
 from __future__ import annotations

@@ -240,8 +240,9 @@ def test_each_component_is_gated_by_its_enabled_value():
         yaml.safe_load((CHART / "values-volcano.yaml").read_text(encoding="utf-8")),
         {"scheduler": {"replicas": 2, "webhook": {"tls": {"mode": "certManager"}}}},
         {"exporter": {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}}},
+        {"scheduler": {"extender": {"tls": {"enabled": True}}}},
     ],
-    ids=["default", "volcano", "ha-cert-manager", "monitoring"],
+    ids=["default", "volcano", "ha-cert-manager", "monitoring", "extender-mtls"],
 )
 def test_lint_is_clean(values):
     report = helm.lint(CHART, values, strict=True, namespace="kube-system", kube_version="v1.31.0")
