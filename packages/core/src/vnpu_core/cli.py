@@ -1,7 +1,7 @@
 """The ``vnpu`` command line; ``vnpu plan`` shows where a workload's pods would go.
 
 ``vnpu plan --cluster CLUSTER.yaml --workload WORKLOAD.yaml`` reads both files (and an
-optional HAMi device-config), parses the YAML, hands the documents to
+optional HAMi device-config and tenants config, ``--tenants``), parses the YAML, hands the documents to
 ``vnpu_core.planfiles`` and ``vnpu_core.plan``, and prints the plan as aligned plain-text
 tables or, with ``--json``, as one JSON object. File reading happens here; the modules
 it calls are pure. Exit status: 0 when the plan was made (even if some pods are rejected), 2
@@ -21,7 +21,16 @@ from typing import Any, TextIO
 import yaml
 
 import vnpu_core
-from vnpu_core import allocator, catalog, deviceconfig, errors, plan, planfiles, requests
+from vnpu_core import (
+    allocator,
+    catalog,
+    deviceconfig,
+    errors,
+    plan,
+    planfiles,
+    requests,
+    tenants,
+)
 
 EXIT_OK = 0
 EXIT_INPUT = 2
@@ -103,16 +112,38 @@ def _models(path: str | None) -> tuple[catalog.Catalog, tuple[str, ...]]:
     return loaded.catalog, tuple(f"device config: {w}" for w in loaded.warnings)
 
 
+def _tenants(path: str | None, models: catalog.Catalog) -> tenants.Tenants | None:
+    """The teams of a tenants file: the config text itself, or a ConfigMap holding it."""
+    if path is None:
+        return None
+    (document,), _ = _yaml(_read_text(path), path, many=False)
+    in_map = isinstance(document, dict) and document.get("kind") == "ConfigMap"
+    try:
+        if in_map:
+            assert isinstance(document, dict)
+            return tenants.from_config_map(document, models)
+        return tenants.read(document, path, models)
+    except errors.QuotaError as exc:
+        where = f'data["{tenants.CONFIG_KEY}"] {exc.path}' if in_map else exc.path
+        raise errors.InputFileError(path, where, exc.value, exc.problem) from exc
+
+
 def make_plan(
-    cluster_path: str, workload_path: str, policy: requests.Policy, device_config: str | None
+    cluster_path: str,
+    workload_path: str,
+    policy: requests.Policy,
+    device_config: str | None,
+    tenants_path: str | None = None,
+    namespace: str = "default",
 ) -> plan.Plan:
     """Read the files and plan. Raises InputFileError for any bad input."""
     models, config_notes = _models(device_config)
     (cluster_doc,), _ = _yaml(_read_text(cluster_path), cluster_path, many=False)
     cluster = planfiles.read_cluster(cluster_doc, cluster_path, models)
+    teams = _tenants(tenants_path, models)
     documents, lines = _yaml(_read_text(workload_path), workload_path, many=True)
-    workload = planfiles.read_workload(documents, workload_path, models, lines)
-    made = plan.place(cluster, workload, models, policy)
+    workload = planfiles.read_workload(documents, workload_path, models, lines, namespace)
+    made = plan.place(cluster, workload, models, policy, teams)
     return dataclasses.replace(made, notes=config_notes + made.notes)
 
 
@@ -177,7 +208,7 @@ def to_json(made: plan.Plan) -> dict[str, object]:
         }
         for n in made.nodes
     ]
-    return {
+    out: dict[str, object] = {
         "policy": made.policy.value,
         "placed": placed,
         "rejected": rejected,
@@ -185,6 +216,36 @@ def to_json(made: plan.Plan) -> dict[str, object]:
         "nodes": nodes,
         "notes": list(made.notes),
     }
+    if made.quota is not None:
+        summary["over_quota"] = s.over_quota
+        out["quota"] = _quota_json(made.quota)
+    return out
+
+
+def _quota_json(report: plan.QuotaReport) -> dict[str, object]:
+    refused = [
+        {
+            "pod": q.pod,
+            "namespace": q.namespace,
+            "message": q.message,
+            "refusals": [
+                {
+                    "rule": r.rule.value,
+                    "quota": r.quota,
+                    "resource": r.resource,
+                    "used": r.used,
+                    "asked": r.asked,
+                    "limit": r.limit,
+                    "message": r.message,
+                }
+                for r in q.refusals
+            ],
+        }
+        for q in report.refused
+    ]
+    teams = [dataclasses.asdict(row) for row in report.teams]
+    resource_quotas = [dataclasses.asdict(row) for row in report.quotas]
+    return {"refused": refused, "teams": teams, "resource_quotas": resource_quotas}
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]], right: int = 99) -> list[str]:
@@ -243,8 +304,9 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
-def _summary(s: plan.Summary) -> list[str]:
+def _summary(s: plan.Summary, with_quota: bool) -> list[str]:
     placed = f"{s.pods}: {s.placed} placed, {s.rejected} rejected"
+    placed += f", {s.over_quota} over quota" if with_quota else ""
     used = f"{s.chips_used} of {s.chips_total} ({s.chips_total - s.chips_used} idle)"
     extra = s.whole_chip_extra_nodes
     where = _count(s.whole_chip_nodes, "node")
@@ -256,6 +318,41 @@ def _summary(s: plan.Summary) -> list[str]:
         whole += f"; {unplaceable} fit no node even when it is empty"
     rows = [("pods", placed), ("chips used", used), ("without sharing", whole)]
     return [f"  {label:<16} {text}" for label, text in rows]
+
+
+def _yes(fits: bool) -> str:
+    return "yes" if fits else "no"
+
+
+def _quota_text(report: plan.QuotaReport) -> list[str]:
+    """The quota sections: pods refused by a quota, teams, ResourceQuota limits."""
+    out = [f"OVER QUOTA ({len(report.refused)})"]
+    if report.refused:
+        rows = [[_pod_name(q.pod, q.namespace), q.message] for q in report.refused]
+        out += _table(["POD", "REFUSED BY"], rows)
+    if report.teams:
+        header = ["TEAM", "UNIT", "ASKED", "NOMINAL", "LIMIT", "USED", "BORROWED", "FITS"]
+        team_rows: list[list[object]] = [
+            [
+                t.team,
+                t.unit,
+                t.asked,
+                t.nominal,
+                "-" if t.limit is None else t.limit,
+                t.used,
+                t.borrowed,
+                _yes(t.fits),
+            ]
+            for t in report.teams
+        ]
+        out += ["", "TEAMS", *_table(header, team_rows, right=2)]
+    if report.quotas:
+        header = ["QUOTA", "RESOURCE", "ASKED", "LIMIT", "USED", "FITS"]
+        quota_rows: list[list[object]] = [
+            [q.quota, q.resource, q.asked, q.limit, q.used, _yes(q.fits)] for q in report.quotas
+        ]
+        out += ["", "RESOURCE QUOTAS", *_table(header, quota_rows, right=2)]
+    return out
 
 
 def to_text(made: plan.Plan) -> str:
@@ -289,7 +386,9 @@ def to_text(made: plan.Plan) -> str:
         for n in made.nodes
     ]
     out += _table(header, node_rows, right=4)
-    out += ["", "SUMMARY", *_summary(made.summary)]
+    if made.quota is not None:
+        out += ["", *_quota_text(made.quota)]
+    out += ["", "SUMMARY", *_summary(made.summary, made.quota is not None)]
     if made.notes:
         out += ["", "NOTES", *(f"  - {note}" for note in made.notes)]
     return "\n".join(out) + "\n"
@@ -334,6 +433,18 @@ def _parser() -> argparse.ArgumentParser:
         help="HAMi device-config YAML (vnpus: ...) overriding the built-in chip models",
     )
     planner.add_argument(
+        "--tenants",
+        metavar="FILE",
+        help="teams with namespaces, nominal and borrowingLimit (tenants.yaml, or its ConfigMap); "
+        "pods are checked against them and against the workload's ResourceQuotas",
+    )
+    planner.add_argument(
+        "--namespace",
+        default="default",
+        metavar="NS",
+        help="namespace of the workload objects that name none (default %(default)s)",
+    )
+    planner.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
     return parser
@@ -357,7 +468,12 @@ def main(
         return EXIT_INPUT
     try:
         made = make_plan(
-            args.cluster, args.workload, requests.Policy(args.policy), args.device_config
+            args.cluster,
+            args.workload,
+            requests.Policy(args.policy),
+            args.device_config,
+            args.tenants,
+            args.namespace,
         )
     except errors.InputFileError as exc:
         err.write(f"vnpu plan: {exc.file}: {exc.path}: {exc.problem} (got {_short(exc.value)})\n")

@@ -12,6 +12,14 @@ pod no node takes gets the most common reason code and a kube-scheduler style me
 on hard-mode copies of the cluster's nodes plus as many fresh copies of its node shapes
 as needed: the chips the same workload holds without sharing. Pure and deterministic;
 ``vnpu_core.cli`` renders the ``Plan``.
+
+With quotas (ResourceQuota objects among the workload's manifests, or teams from
+``vnpu_core.tenants``), each pod's ask (``holdings.of_request``) is checked first with
+``quotas.check`` against what the pods placed so far hold (read back from their bind
+annotations with ``holdings.of_bound_pod``), as the scheduler's filter does; a refused pod
+is not placed. ``Plan.quota`` then reports, per team and unit and per ResourceQuota limit,
+what the workload asked, the nominal and the limit, what it holds, what it borrows, and
+whether every pod fitted.
 """
 
 from __future__ import annotations
@@ -27,11 +35,14 @@ from vnpu_core import (
     binding,
     budgets,
     catalog,
+    holdings,
     inventory,
     ledger,
     planfiles,
     protocol,
+    quotas,
     requests,
+    tenants,
 )
 
 
@@ -81,6 +92,53 @@ class Summary:
     whole_chip_pods: int
     whole_chip_nodes: int
     whole_chip_extra_nodes: int
+    over_quota: int = 0  # pods a quota refused (not placed, not in ``rejected``)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRefusal:
+    """A pod a quota refused, with every limit its ask would pass."""
+
+    pod: str
+    namespace: str
+    refusals: tuple[quotas.Refusal, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(r.message for r in self.refusals)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRow:
+    """One team and unit: what the workload asked, nominal, limit, held, borrowed, fitted."""
+
+    team: str
+    unit: str
+    asked: int  # every pod of the team's namespaces in the workload, placed or not
+    nominal: int
+    limit: int | None  # nominal + borrowingLimit; None: no borrowing limit
+    used: int  # what the placed pods hold
+    borrowed: int  # used above nominal
+    fits: bool  # no pod refused by this team and unit
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    """One ResourceQuota limit: what the workload asked in its namespace, the limit, held."""
+
+    quota: str  # namespace/name
+    resource: str
+    asked: int
+    limit: int
+    used: int
+    fits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaReport:
+    refused: tuple[QuotaRefusal, ...]
+    teams: tuple[TeamRow, ...]
+    quotas: tuple[QuotaRow, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +149,7 @@ class Plan:
     nodes: tuple[NodeReport, ...]
     summary: Summary
     notes: tuple[str, ...]
+    quota: QuotaReport | None = None  # None when no quota was given
 
 
 # --- placement --------------------------------------------------------------------------
@@ -142,7 +201,7 @@ class _Simulation:
                 by_shape[shape] = outcome if isinstance(outcome, allocator.Rejection) else None
         return best, rejections
 
-    def bind(self, pod: Mapping[str, Any], assignment: allocator.Assignment) -> None:
+    def bind(self, pod: Mapping[str, Any], assignment: allocator.Assignment) -> dict[str, Any]:
         """Write the bind annotations and nodeName onto a copy of the pod; re-read the node."""
         bound = copy.deepcopy(dict(pod))
         bound["metadata"].setdefault("annotations", {}).update(
@@ -155,6 +214,7 @@ class _Simulation:
         if read.problems:  # our own annotations must always read back
             raise RuntimeError(f"bind annotations did not read back: {read.problems[0].error}")
         self.usage[assignment.node] = read.usage
+        return bound
 
     def report(self, name: str) -> NodeReport:
         node = self.nodes[name]
@@ -281,25 +341,84 @@ def whole_chip_need(
     return chips, placed, used, added
 
 
+def _quota_report(
+    refused: Sequence[QuotaRefusal],
+    asked: Mapping[str, holdings.Amount],
+    usage: Mapping[str, holdings.Amount],
+    resource_quotas: Sequence[quotas.ResourceQuota],
+    teams: tenants.Tenants,
+) -> QuotaReport:
+    failed = {(r.rule, r.quota, r.resource) for q in refused for r in q.refusals}
+    by_team = quotas.team_usage(teams, asked)
+    named = {t.name: {*t.nominal, *t.borrowing_limit} for t in teams.teams}
+    team_rows = tuple(
+        TeamRow(
+            s.team,
+            s.key.name,
+            by_team[s.team][s.key],
+            s.nominal,
+            s.limit,
+            s.used,
+            s.borrowed,
+            not any((rule, s.team, s.key.name) in failed for rule in quotas.Rule),
+        )
+        for s in quotas.team_standings(teams, usage)
+        if s.key in named[s.team] or s.used or by_team[s.team][s.key]
+    )
+    quota_rows = tuple(
+        QuotaRow(
+            s.quota,
+            s.resource,
+            asked.get(s.namespace, holdings.ZERO)[s.key],
+            s.limit,
+            s.used,
+            (quotas.Rule.RESOURCE_QUOTA, s.quota, s.resource) not in failed,
+        )
+        for s in quotas.quota_standings(resource_quotas, usage)
+    )
+    return QuotaReport(tuple(refused), team_rows, quota_rows)
+
+
 def place(
     cluster: planfiles.Cluster,
     workload: planfiles.Workload,
     models: catalog.Catalog,
     policy: requests.Policy = requests.Policy.DEFAULT,
+    teams: tenants.Tenants | None = None,
 ) -> Plan:
-    """Schedule the workload's pods in order on the cluster and compare with whole chips."""
+    """Schedule the workload's pods in order on the cluster and compare with whole chips.
+
+    With ``teams`` or ResourceQuotas in the workload, each pod must pass ``quotas.check``
+    before it is placed, and the plan carries a ``QuotaReport``.
+    """
     simulation = _Simulation(cluster.nodes, models)
     placements: list[Placement] = []
     refusals: list[Refusal] = []
+    with_quota = teams is not None or bool(workload.quotas)
+    cohort = teams or tenants.NONE
+    asked: dict[str, holdings.Amount] = {}
+    usage: dict[str, holdings.Amount] = {}
+    over_quota: list[QuotaRefusal] = []
     for pod in workload.pods:
         request = pod.request
+        namespace = request.namespace
+        if with_quota:
+            ask = holdings.of_request(request)
+            asked[namespace] = asked.get(namespace, holdings.ZERO).plus(ask)
+            refused = quotas.check(ask, namespace, usage, workload.quotas, cohort)
+            if refused:
+                over_quota.append(QuotaRefusal(request.name, namespace, refused))
+                continue
         best, rejections = simulation.fit(request, policy)
         if best is None:
             reason, message = refusal_reason(rejections, len(cluster.nodes))
-            refusals.append(Refusal(request.name, request.namespace, reason, message))
+            refusals.append(Refusal(request.name, namespace, reason, message))
             continue
-        simulation.bind(pod.obj, best)
-        placements.append(Placement(request.name, request.namespace, best))
+        bound = simulation.bind(pod.obj, best)
+        placements.append(Placement(request.name, namespace, best))
+        if with_quota:
+            held = holdings.of_bound_pod(bound, models)
+            usage[namespace] = usage.get(namespace, holdings.ZERO).plus(held)
     nodes = tuple(simulation.report(n.name) for n in cluster.nodes)
     chips, whole_pods, whole_nodes, extra = whole_chip_need(
         cluster.nodes, workload.pods, models, policy
@@ -314,6 +433,10 @@ def place(
         whole_chip_pods=whole_pods,
         whole_chip_nodes=whole_nodes,
         whole_chip_extra_nodes=extra,
+        over_quota=len(over_quota),
     )
     notes = cluster.notes + workload.notes
-    return Plan(policy, tuple(placements), tuple(refusals), nodes, summary, notes)
+    report = (
+        _quota_report(over_quota, asked, usage, workload.quotas, cohort) if with_quota else None
+    )
+    return Plan(policy, tuple(placements), tuple(refusals), nodes, summary, notes, report)

@@ -5,7 +5,9 @@ a chip count, an optional server kind, mode and replica count) into ``inventory.
 values. ``read_workload`` expands parsed Kubernetes manifests (Pods, and the pods that
 Deployments, ReplicaSets, StatefulSets and Jobs create, also inside a List) into Pod
 objects as the API would hold them and parses each one's NPU request with
-``requests.from_pod`` as vnpu's webhook admits it (memory 0 is the smallest template). Both raise ``errors.InputFileError(file, path, value, problem)``
+``requests.from_pod`` as vnpu's webhook admits it (memory 0 is the smallest template); it
+reads ResourceQuota objects too (``quotas.read_resource_quota``), for ``vnpu plan``'s quota
+report. Both raise ``errors.InputFileError(file, path, value, problem)``
 at the first bad value; kinds the planner does not read become notes, not errors.
 Pure: ``vnpu_core.cli`` parses the YAML and ``vnpu_core.plan`` places the pods.
 """
@@ -18,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vnpu_core import catalog, errors, inventory, requests, topology
+from vnpu_core import catalog, errors, inventory, quotas, requests, topology
 
 ServerKind = topology.ServerKind
 
@@ -67,6 +69,7 @@ class WorkloadPod:
 class Workload:
     pods: tuple[WorkloadPod, ...]
     notes: tuple[str, ...] = ()
+    quotas: tuple[quotas.ResourceQuota, ...] = ()  # the ResourceQuota objects among the manifests
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,13 +274,16 @@ def read_workload(
     source: str,
     models: catalog.Catalog,
     lines: Sequence[int] | None = None,
+    default_namespace: str = "default",
 ) -> Workload:
     """The pods the manifests create, in file order. Raises InputFileError naming path and value.
 
     ``lines`` (the line each document starts on) makes paths read ``documents[2] (line 31)``.
+    ``default_namespace`` is the namespace of the objects that name none.
     """
     read = _Reader(source)
     pods: list[WorkloadPod] = []
+    found_quotas = _resource_quotas(read, documents, lines, default_namespace, models)
     notes: list[str] = []
     seen: dict[tuple[str, str], str] = {}
     meta: object
@@ -286,7 +292,9 @@ def read_workload(
         kind = read.text(f"{at}.kind", obj.get("kind"))
         metadata = read.mapping(f"{at}.metadata", obj.get("metadata"), required=False)
         name = read.text(f"{at}.metadata.name", metadata.get("name"))
-        namespace = read.text(f"{at}.metadata.namespace", metadata.get("namespace", "default"))
+        namespace = read.text(
+            f"{at}.metadata.namespace", metadata.get("namespace", default_namespace)
+        )
         if kind == "Pod":
             meta_at, spec_at, names = f"{at}.metadata", f"{at}.spec", [name]
             meta, spec = metadata, obj.get("spec")
@@ -297,7 +305,8 @@ def read_workload(
             meta_at, spec_at = f"{at}.spec.template.metadata", f"{at}.spec.template.spec"
             meta, spec = template.get("metadata"), template.get("spec")
         else:
-            notes.append(f"{at}: {kind} {name} skipped (the planner reads {_KINDS})")
+            if kind != "ResourceQuota":  # read by _resource_quotas
+                notes.append(f"{at}: {kind} {name} skipped (the planner reads {_KINDS})")
             continue
         _check_pod(read, meta_at, spec_at, meta, spec)
         assert isinstance(spec, dict)  # checked just above
@@ -337,4 +346,29 @@ def read_workload(
             notes.append(f"{at}: {kind} {name} runs no pods (scaled to 0)")
         elif not wanted:
             notes.append(f"{at}: {kind} {name} asks for no NPU; not planned")
-    return Workload(tuple(pods), tuple(notes))
+    return Workload(tuple(pods), tuple(notes), found_quotas)
+
+
+def _resource_quotas(
+    read: _Reader,
+    documents: Sequence[object],
+    lines: Sequence[int] | None,
+    default_namespace: str,
+    models: catalog.Catalog,
+) -> tuple[quotas.ResourceQuota, ...]:
+    """The ResourceQuota objects among the manifests; those naming no namespace get the default."""
+    found: list[quotas.ResourceQuota] = []
+    for at, obj in _objects(read, documents, lines):
+        if obj.get("kind") != "ResourceQuota":
+            continue
+        metadata = read.mapping(f"{at}.metadata", obj.get("metadata"), required=False)
+        read.text(f"{at}.metadata.name", metadata.get("name"))
+        namespace = read.text(
+            f"{at}.metadata.namespace", metadata.get("namespace", default_namespace)
+        )
+        placed = {**obj, "metadata": {**metadata, "namespace": namespace}}
+        try:
+            found.append(quotas.read_resource_quota(placed, models))
+        except errors.QuotaError as exc:
+            raise read.fail(f"{at}.{exc.path}", exc.value, exc.problem) from exc
+    return tuple(found)
