@@ -7,11 +7,12 @@ and the simulated chips' files, as a person trying the platform would.
 from __future__ import annotations
 
 import re
+import urllib.request
 from typing import Any
 
 import pytest
 
-from vnpu_core import protocol
+from vnpu_core import granted, protocol
 from vnpu_sandbox.platform import layout, processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_kubectl, pytest.mark.timeout(180)]
@@ -250,6 +251,83 @@ def test_pods_scheduled_into_space_freed_at_the_same_moment_never_fail(sandbox: 
     sandbox.ctl.run(["delete", "pods", "-l", f"round={CHURN_ROUNDS}", "--wait=false"])
     sandbox.wait_for(lambda: not sandbox.pods(), "the churn pods gone", 30)
     sandbox.wait_for(lambda: not sandbox.vnpus("a2"), "no vNPU left on a2", 30)
+
+
+def _scheduler_metric(sandbox: Any, series: str) -> float | None:
+    url = f"http://127.0.0.1:{sandbox.record.ports['scheduler']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+WHOLE_NODE = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: holder}
+spec:
+  containers: [{name: c, image: x, resources: {limits: {huawei.com/Ascend910B3: 8}}}]
+"""
+ONE_CHIP = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: second}
+spec:
+  containers: [{name: c, image: x, resources: {limits: {huawei.com/Ascend910B3: 1}}}]
+"""
+
+
+def test_clearing_ones_own_decision_frees_no_chip(sandbox: Any) -> None:
+    """A tenant wipes its running pod's decision annotations: its chips stay counted.
+
+    The scheduler counts what the node's device plugin reports it granted
+    (``vnpu.io/granted-Ascend910B3``), so the next pod is not placed on those chips, and
+    the disagreement shows in ``vnpu_scheduler_grant_mismatches``.
+    """
+    sandbox.apply(WHOLE_NODE)
+    pods = sandbox.wait_for(lambda: _running(sandbox, {"holder"}), "holder Running", 60)
+    uid = pods["holder"]["metadata"]["uid"]
+    key = granted.annotation_key("Ascend910B3")
+
+    def reported() -> int:
+        node = sandbox.ctl.json(["get", "node", "a2"])
+        value = node["metadata"].get("annotations", {}).get(key, "")
+        grants = granted.decode(key, value) if value else {}
+        return sum(1 for pods in grants.values() if uid in pods)
+
+    sandbox.wait_for(lambda: reported() == 8, "the 8 chips in the node's grant report", 30)
+    decision = [
+        k
+        for k in pods["holder"]["metadata"]["annotations"]
+        if k.startswith(("hami.io/", "huawei.com/"))
+    ]
+    assert protocol.allocated_key("Ascend910B3") in decision
+    sandbox.ctl.run(["annotate", "pod", "holder", *(f"{k}-" for k in decision)])
+    series = 'vnpu_scheduler_grant_mismatches{reason="annotation_missing"}'
+    sandbox.wait_for(lambda: _scheduler_metric(sandbox, series) == 1.0, "the mismatch counted", 30)
+
+    sandbox.apply(ONE_CHIP)
+
+    def refusal() -> str:
+        events = sandbox.ctl.items(
+            ["get", "events", "--field-selector", "involvedObject.name=second"]
+        )
+        found = [e["message"] for e in events if e.get("reason") == "FailedScheduling"]
+        return found[-1] if found else ""
+
+    message = sandbox.wait_for(refusal, "a FailedScheduling event for second")
+    assert "a2" in message or "0/3 nodes are available" in message, message
+    assert not sandbox.pods()["second"]["spec"].get("nodeName")
+    assert _scheduler_metric(sandbox, "vnpu_scheduler_double_assignments") == 0.0
+
+    sandbox.ctl.run(["delete", "pod", "holder", "--wait=false"])
+    pods = sandbox.wait_for(lambda: _running(sandbox, {"second"}), "second Running", 60)
+    assert pods["second"]["spec"]["nodeName"] == "a2"
+    sandbox.wait_for(lambda: _scheduler_metric(sandbox, series) == 0.0, "no mismatch left", 30)
+    sandbox.ctl.run(["delete", "pod", "second", "--wait=false"])
+    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
 
 
 def test_second_up_on_a_live_directory_is_refused(sandbox: Any) -> None:

@@ -195,3 +195,26 @@ def test_covers_compares_every_budget() -> None:
     assert not _vnpu("vir02").covers(_vnpu("vir04"))
     assert not _vnpu("vir04").covers(WHOLE_USAGE)
     assert WHOLE_USAGE.covers(inventory.IDLE)
+
+
+def test_node_usage_reconciles_listed_pods_with_the_nodes_report() -> None:
+    def pod(uid: str, annotations: dict[str, str], phase: str = "Running") -> dict[str, object]:
+        return {
+            "metadata": {"name": uid, "namespace": "ns", "uid": uid, "annotations": annotations},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": phase},
+        }
+
+    decision = {"hami.io/Ascend310P-devices-allocated": f"{U1},Ascend310P,3072,0:;"}
+    pods = [pod("cleared", {}), pod("small", decision), pod("done", {}, "Succeeded")]
+    report = granted.encode({U0: {"cleared": [WHOLE]}, U1: {"small": [VIR02]}})
+    node = {"metadata": {"name": "n1", "annotations": {KEY: report}}}
+    found = granted.node_usage(pods, node, NODE, catalog.BUILTIN)
+    assert found.ledger.usage[U0].exclusive
+    assert found.ledger.usage[U1].templates == ("vir01", "vir02")  # claim vir01, grant vir02
+    assert found.ledger.usage[U1].aicore == 2
+    reasons = sorted((m.pod, m.reason.value) for m in found.mismatches)
+    assert reasons == [("ns/cleared", "annotation_missing"), ("ns/small", "annotation_differs")]
+    without = granted.node_usage(pods, {"metadata": {"name": "n1"}}, NODE, catalog.BUILTIN)
+    assert set(without.ledger.usage) == {U1}
+    assert granted.report(NODE, {KEY: "{"}) == ("unreadable", None)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from vnpu_core import catalog, coordination, protocol
+from vnpu_core import catalog, coordination, granted, protocol
 from vnpu_scheduler import cache
 
 Json = dict[str, Any]
@@ -147,3 +148,77 @@ def test_relists_when_the_watch_revision_expired(
     )
     kube.add_node(make.node("n2"))
     scheduler.wait_for(lambda: sorted(scheduler.service.cache.names()) == ["n1", "n2"])
+
+
+def _grant_report(chips: dict[str, dict[str, list[str]]]) -> str:
+    return json.dumps({"v": 1, "chips": chips}, separators=(",", ":"), sort_keys=True)
+
+
+def test_what_the_node_granted_counts_whatever_the_pods_annotations_say(
+    kube: Any, make: Any, scheduler: Any
+) -> None:
+    """A tenant cleared one pod's decision and garbled another's: the chips stay counted,
+    the node is not denied to everyone, and both show as mismatches."""
+    kube.add_node(make.node("n1", chips=2))
+    cleared = kube.add_pod(make.holder("cleared", "n1", "n1-Ascend310P-0,Ascend310P,21527,0:;"))
+    garbled = kube.add_pod(make.holder("garbled", "n1", "n1-Ascend310P-1,Ascend310P,12288,0:;"))
+    report = _grant_report(
+        {
+            "n1-Ascend310P-0": {cleared["metadata"]["uid"]: ["whole"]},
+            "n1-Ascend310P-1": {garbled["metadata"]["uid"]: ["vnpu:vir04"]},
+        }
+    )
+    kube.annotate_node("n1", {granted.annotation_key("Ascend310P"): report})
+    kube.annotate_pod("cleared", {protocol.allocated_key("Ascend310P"): None})
+    kube.annotate_pod("garbled", {protocol.allocated_key("Ascend310P"): "not;a:decision"})
+
+    def counted() -> bool:
+        state = scheduler.service.cache.state("n1")
+        return state is not None and len(state.mismatches) == 2
+
+    scheduler.wait_for(counted)
+    state = scheduler.service.cache.state("n1")
+    assert state.report == "read"
+    assert state.usage.problems == ()  # the garbled pod does not make the node unusable
+    assert state.usage.usage["n1-Ascend310P-0"].exclusive
+    assert state.usage.usage["n1-Ascend310P-1"].templates == ("vir04",)
+
+    whole = make.npu_pod("whole", count=1)
+    answer = scheduler.post("filter", {"Pod": whole, "NodeNames": ["n1"]}).json()
+    assert answer["NodeNames"] == []
+    assert "n1" in answer["FailedNodes"]
+    fits = make.npu_pod("small", count=1, memory=3072)
+    assert scheduler.post("filter", {"Pod": fits, "NodeNames": ["n1"]}).json()["NodeNames"] == [
+        "n1"
+    ]
+
+    text = scheduler.http.get(f"{scheduler.url}/metrics").text
+    assert 'vnpu_scheduler_grant_mismatches{reason="annotation_missing"} 1.0' in text
+    assert 'vnpu_scheduler_grant_mismatches{reason="annotation_unreadable"} 1.0' in text
+    assert 'vnpu_scheduler_grant_mismatches{reason="annotation_differs"} 0.0' in text
+    assert 'vnpu_scheduler_grant_reports{state="read"} 1.0' in text
+    assert "vnpu_scheduler_double_assignments 0.0" in text
+
+
+def test_a_chip_given_twice_is_counted(kube: Any, make: Any, scheduler: Any) -> None:
+    kube.add_node(make.node("n1", chips=2))
+    holder = kube.add_pod(make.holder("first", "n1", "n1-Ascend310P-1,Ascend310P,21527,0:;"))
+    kube.add_pod(make.holder("second", "n1", "n1-Ascend310P-0,Ascend310P,21527,0:;"))
+    # The node granted chip 0 to the first pod; the second pod's decision names it too.
+    report = _grant_report({"n1-Ascend310P-0": {holder["metadata"]["uid"]: ["whole"]}})
+    kube.annotate_node("n1", {granted.annotation_key("Ascend310P"): report})
+    scheduler.wait_for(lambda: scheduler.service.cache.state("n1").clashes != ())
+    text = scheduler.http.get(f"{scheduler.url}/metrics").text
+    assert "vnpu_scheduler_double_assignments 1.0" in text
+    assert 'vnpu_scheduler_grant_mismatches{reason="annotation_differs"} 1.0' in text
+
+
+def test_without_a_report_an_unreadable_pod_still_makes_the_node_unusable(
+    kube: Any, make: Any, scheduler: Any
+) -> None:
+    kube.add_node(make.node("n1", chips=2))
+    kube.add_pod(make.holder("garbled", "n1", "not;a:decision"))
+    scheduler.wait_for(lambda: scheduler.service.cache.state("n1").usage.problems != ())
+    assert scheduler.service.cache.state("n1").report == "absent"
+    answer = scheduler.post("filter", {"Pod": make.npu_pod("p", count=1), "NodeNames": ["n1"]})
+    assert answer.json()["NodeNames"] == []

@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, Literal
 
 from vnpu_core import catalog, errors, inventory, ledger
 from vnpu_core.inventory import ChipUsage
@@ -35,6 +36,9 @@ _MAX_NUMBER = 2**31 - 1
 
 # chip UUID -> pod UID -> what the pod's containers got on that chip
 Grants = dict[str, dict[str, tuple["Holding", ...]]]
+# pod UID -> chip UUID -> usage
+Usage = dict[str, dict[str, ChipUsage]]
+Report = Literal["read", "absent", "unreadable"]
 
 
 def annotation_key(common_word: str) -> str:
@@ -154,13 +158,13 @@ def chip_usage(usages: Iterable[tuple[ChipUsage, bool]]) -> ChipUsage:
     return total
 
 
-def by_pod(grants: Grants, node: inventory.Node) -> dict[str, dict[str, ChipUsage]]:
+def by_pod(grants: Grants, node: inventory.Node) -> Usage:
     """Pod UID -> chip UUID -> usage, for the chips ``node`` registered.
 
     A chip the node does not register (a stale publication naming a removed chip) is left
     out: there is nothing left on it to count.
     """
-    usage: dict[str, dict[str, ChipUsage]] = {}
+    usage: Usage = {}
     for uuid, pods in grants.items():
         chip = node.chip(uuid)
         if chip is None:
@@ -169,3 +173,52 @@ def by_pod(grants: Grants, node: inventory.Node) -> dict[str, dict[str, ChipUsag
             pairs = ((holding_usage(chip.model, h), h.init) for h in held)
             usage.setdefault(uid, {})[uuid] = chip_usage(pairs)
     return usage
+
+
+def report(
+    node: inventory.Node | None, annotations: Mapping[str, str]
+) -> tuple[Report, Usage | None]:
+    """What a node's device plugin reports it granted (``by_pod``), and how it was read.
+
+    None (``absent`` or ``unreadable``) unless every model the node registers has a
+    readable report: without one, a pod whose annotations cannot be read might hold any
+    chip of that model.
+    """
+    if node is None:
+        return "absent", None
+    found: Grants = {}
+    for word in node.models():
+        key = annotation_key(word)
+        raw = annotations.get(key)
+        if raw is None:
+            return "absent", None
+        try:
+            found.update(decode(key, raw))
+        except errors.ProtocolError:
+            return "unreadable", None
+    return "read", by_pod(found, node)
+
+
+def node_usage(
+    pods: Iterable[Mapping[str, Any]],
+    node_object: Mapping[str, Any],
+    node: inventory.Node,
+    models: catalog.Catalog,
+) -> ledger.Reconciled:
+    """``ledger.reconcile`` of a node's pods (as listed) with the report on ``node_object``."""
+    meta = node_object.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    claims: dict[str, ledger.Claim] = {}
+    live: dict[str, str] = {}
+    for pod in pods:
+        if not ledger.holds_devices(pod, name):
+            continue
+        pod_meta = pod.get("metadata") or {}
+        uid = str(pod_meta.get("uid") or "")
+        who = f"{pod_meta.get('namespace', '')}/{pod_meta.get('name', '')}"
+        live[uid] = who
+        annotations = pod_meta.get("annotations") or {}
+        if any(key.endswith(ledger.ALLOCATED_SUFFIX) for key in annotations):
+            claims[uid] = ledger.Claim(who, ledger.read_pod(pod, models))
+    _, grants = report(node, meta.get("annotations") or {})
+    return ledger.reconcile(claims, grants, live, node)

@@ -20,6 +20,7 @@ from vnpu_core import catalog, errors, inventory, protocol
 from vnpu_core.inventory import ChipUsage
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+ALLOCATED_SUFFIX = "-devices-allocated"  # the decision annotations: hami.io/<CW>-devices-allocated
 _TEMPLATE_NAME = re.compile(r"^vir(\d+)(?:_(\d+)c)?(?:_(\d+)g)?")
 
 

@@ -242,10 +242,14 @@ SCHED_LOCK_WAIT = _h("vnpu_scheduler_lock_wait_seconds", "Time a bind waited for
 SCHED_NODES = _g("vnpu_scheduler_nodes", "Nodes in the cache by state.", ("state",))
 SCHED_SYNCED = _g("vnpu_scheduler_cache_synced", "1 once the caches have listed the cluster.")
 SCHED_CONFIG_OK = _g("vnpu_scheduler_device_config_ok", "1 when the last device-config load succeeded.")
+SCHED_GRANT_REPORTS = _g("vnpu_scheduler_grant_reports", "Nodes by their device plugin's grant report: read, absent, unreadable.", ("state",))
+SCHED_GRANT_MISMATCHES = _g("vnpu_scheduler_grant_mismatches", "Pods whose decision annotations disagree with what their node granted, by reason.", ("reason",))
+SCHED_DOUBLE_ASSIGNMENTS = _g("vnpu_scheduler_double_assignments", "Chips whose holders cannot all be on them at once: a chip given twice.")
 
 SCHEDULER: tuple[Definition, ...] = (
     SCHED_REQUESTS, SCHED_DURATION, SCHED_FILTER_OUTCOMES, SCHED_BINDS, SCHED_BIND_CONFLICTS,
-    SCHED_LOCK_WAIT, SCHED_NODES, SCHED_SYNCED, SCHED_CONFIG_OK,
+    SCHED_LOCK_WAIT, SCHED_NODES, SCHED_SYNCED, SCHED_CONFIG_OK, SCHED_GRANT_REPORTS,
+    SCHED_GRANT_MISMATCHES, SCHED_DOUBLE_ASSIGNMENTS,
 )
 """Scheduler metrics the dashboards and alerts use (checked against vnpu_scheduler.metrics)."""
 

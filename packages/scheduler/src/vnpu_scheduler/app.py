@@ -88,6 +88,7 @@ class Service:
         timeout = timedelta(seconds=config.handshake_timeout)
         self.config = configsource.ConfigSource(config.device_config, self.stats)
         self.cache = cache.ClusterCache(self.config.catalog, timeout)
+        self.cache.on_disagreement = self.disagreement
         self.config.on_change = self.cache.set_catalog
         self.executor = ThreadPoolExecutor(config.api_threads, thread_name_prefix="kube-api")
         self.locks = nodelock.NodeLocks(
@@ -158,6 +159,9 @@ class Service:
     def allocations(self) -> metrics.Snapshot:
         """Per-chip usage of every available node and the node counts (read on each scrape)."""
         counts = dict.fromkeys(("available", "unavailable", "usage_unknown"), 0)
+        reports = dict.fromkeys(metrics.GRANT_REPORTS, 0)
+        mismatches: dict[str, int] = {}
+        doubles = 0
         found: list[metrics.ChipAllocation] = []
         for state in self.cache.all_states():
             node = state.read.node
@@ -165,10 +169,14 @@ class Service:
                 counts["unavailable"] += 1
                 continue
             counts["usage_unknown" if state.usage.problems else "available"] += 1
+            reports[state.report] += 1
+            for mismatch in state.mismatches:
+                mismatches[mismatch.reason] = mismatches.get(mismatch.reason, 0) + 1
+            doubles += len(state.clashes)
             for chip in node.chips:
                 used = state.usage.usage.get(chip.uuid)
                 found.append(metrics.ChipAllocation(state.name, chip, used or inventory.IDLE))
-        return metrics.Snapshot(found, counts, self.cache.synced)
+        return metrics.Snapshot(found, counts, self.cache.synced, reports, mismatches, doubles)
 
     def readiness(self) -> tuple[bool, Json]:
         status = self.config.status
@@ -209,6 +217,21 @@ class Service:
             gc.set_threshold(50_000, 50, 100)  # a filter allocates in bursts; collect less often
             log.info("cache_frozen", objects=gc.get_freeze_count())
         self.warm = True
+
+    @staticmethod
+    def disagreement(node: str, found: cache.Disagreements) -> None:
+        """Log what a node's pods and its grant report disagree on, each time it changes."""
+        mismatches, clashes = found
+        if not (mismatches or clashes):
+            log.info("grant_report_agrees", node=node)
+            return
+        log.warning(
+            "grant_mismatch",
+            node=node,
+            pods=[f"{m.pod} {m.reason.value} {','.join(m.chips)}" for m in mismatches],
+            chips_given_twice=[f"{uuid}: {why}" for uuid, why in clashes],
+            effect="each pod is counted as holding what its node granted",
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _: fastapi.FastAPI) -> AsyncIterator[None]:

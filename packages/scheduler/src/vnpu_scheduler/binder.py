@@ -41,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import allocator, binding, catalog, ledger, nodes, protocol, requests
+from vnpu_core import allocator, binding, catalog, granted, nodes, protocol, requests
 from vnpu_core import errors as core_errors
 from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, placement, settings, wire
 from vnpu_service import kubeapi
@@ -348,7 +348,8 @@ class Binder:
     ) -> allocator.Assignment:
         """Fit the pod on the node's usage as the API shows it now (under the node lock).
 
-        ``obj`` is the node as our lock write left it; the pods come from a fresh LIST.
+        ``obj`` is the node as our lock write left it (with its device plugin's grant report);
+        the pods come from a fresh LIST. Each pod counts as at least what it was granted.
         """
         node = str((obj.get("metadata") or {}).get("name"))
         pods, _ = await self._retry(self._api.list_pods, node)
@@ -356,7 +357,7 @@ class Binder:
         read = nodes.read_node(obj, models, datetime.now(), self._timeout)
         if read.node is None:
             raise errors.BindError(who, node, "node-unavailable", read.unavailable)
-        usage = ledger.node_usage(pods, node, models)
+        usage = granted.node_usage(pods, obj, read.node, models).ledger
         if usage.problems:
             problem = usage.problems[0]
             raise errors.BindError(

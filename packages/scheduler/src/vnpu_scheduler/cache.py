@@ -2,12 +2,16 @@
 
 ``informer`` feeds it nodes and pods from list+watch (in its threads); ``extender`` and
 ``binder`` read ``NodeState`` snapshots from the event loop; ``metrics`` reads all states on
-a scrape. A node's state (``nodes.read_node`` plus the ledger's usage over the pods bound
-to it) is computed on first use and kept until the node, a pod bound to it or the catalog
-changes, or until a device plugin's handshake could turn stale. Within that, the inventory
-is re-read only when the annotations and allocatable it comes from change (not for a lock
-or a status update), and each pod's usage is decoded once per revision. Only pods that
-carry a ``-devices-allocated`` annotation are kept: no other pod holds chips.
+a scrape. A node's state (``nodes.read_node`` plus the usage of the pods bound to it,
+each counted as at least what the node's device plugin reports it granted:
+``ledger.reconcile``, with the mismatches and chips given twice it finds) is computed on
+first use and kept until the node, a pod bound to it or the catalog changes, or until a
+device plugin's handshake could turn stale. Within that, the inventory and the grant
+report are re-read only when the annotations and allocatable they come from change (not
+for a lock or a status update), and each pod's usage is decoded once per revision. Only
+pods that carry a ``-devices-allocated`` annotation are kept for their claims; of the
+others, which bound pods are live (a pod its node granted chips to but whose annotations
+were cleared is a mismatch, not a pod that is gone).
 
 After a successful bind, ``assume`` puts the bound copy of the pod in at once, so the next
 filter counts its chips before the watch delivers the update. Everything is guarded by one
@@ -23,10 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from vnpu_core import catalog, coordination, errors, inventory, ledger, nodes, protocol
+from vnpu_core import catalog, coordination, errors, granted, inventory, ledger, nodes, protocol
 
 Json = dict[str, Any]
-ALLOCATED_SUFFIX = "-devices-allocated"
+_Report = tuple[granted.Report, granted.Usage | None]
+Disagreements = tuple[tuple[ledger.Mismatch, ...], tuple[tuple[str, str], ...]]
 ASSUME_SECONDS = 120.0
 MEMO_LIMIT = 512
 Catalog = catalog.Catalog
@@ -45,6 +50,9 @@ class NodeState:
     resource_version: str
     expires: datetime | None  # naive local time at which a fresh handshake turns stale
     locked: bool = False  # the node lock is held (a bind waits for its device plugin)
+    report: granted.Report = "absent"  # its device plugin's grant report
+    mismatches: tuple[ledger.Mismatch, ...] = ()  # pods whose annotations disagree with it
+    clashes: tuple[tuple[str, str], ...] = ()  # chips given twice: (UUID, why)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -56,7 +64,7 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 def holds_chips(pod: Mapping[str, Any]) -> bool:
     """A pod bound to a node that records devices, and has not finished."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if not any(key.endswith(ALLOCATED_SUFFIX) for key in annotations):
+    if not any(key.endswith(ledger.ALLOCATED_SUFFIX) for key in annotations):
         return False
     return ledger.holds_devices(pod)
 
@@ -95,12 +103,19 @@ class ClusterCache:
         self._nodes: dict[str, Json] = {}
         self._pods: dict[str, Json] = {}
         self._by_node: dict[str, set[str]] = {}
+        self._live: dict[
+            str, tuple[str, str]
+        ] = {}  # bound, unfinished pods: key -> (node, ns/name)
         self._assumed: dict[str, tuple[Json, float]] = {}
         self._states: dict[str, NodeState] = {}
         self._reads: dict[str, tuple[tuple[Any, ...], nodes.NodeRead, datetime | None]] = {}
         self._decoded: dict[str, tuple[str, dict[str, inventory.ChipUsage] | ledger.Problem]] = {}
+        self._granted: dict[str, tuple[tuple[str | None, ...], inventory.Node | None, _Report]] = {}
         self._counter = 0
         self.on_node_change: Callable[[str], None] = lambda _: None
+        # (node, mismatches, clashes) when what a node's state finds changed; under the lock
+        self.on_disagreement: Callable[[str, Disagreements], None] = lambda *_: None
+        self._disagreements: dict[str, Disagreements] = {}
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
 
@@ -119,6 +134,7 @@ class ClusterCache:
             self._states.clear()
             self._reads.clear()
             self._decoded.clear()
+            self._granted.clear()
 
     # --- nodes -------------------------------------------------------------------------------
 
@@ -141,6 +157,7 @@ class ClusterCache:
             self._nodes.pop(name, None)
             self._states.pop(name, None)
             self._reads.pop(name, None)
+            self._granted.pop(name, None)
         self.on_node_change(name)
 
     def bound_node(self, uid: str) -> str:
@@ -164,6 +181,7 @@ class ClusterCache:
         with self._lock:
             self._pods.clear()
             self._by_node.clear()
+            self._live.clear()
             for pod in items:
                 self._put_pod(pod)
             self._decoded = {k: v for k, v in self._decoded.items() if k in self._pods}
@@ -197,6 +215,9 @@ class ClusterCache:
         if node and key in self._assumed:
             del self._assumed[key]  # the watch caught up with our bind
             self._states.pop(node, None)
+        if ledger.holds_devices(pod):
+            meta = pod.get("metadata") or {}
+            self._live[key] = (node, f"{meta.get('namespace')}/{meta.get('name')}")
         if not holds_chips(pod):
             return
         self._pods[key] = pod
@@ -205,6 +226,7 @@ class ClusterCache:
 
     def _drop_pod(self, key: str) -> None:
         self._decoded.pop(key, None)
+        self._live.pop(key, None)
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -261,12 +283,33 @@ class ClusterCache:
 
     def _compute(self, name: str, obj: Json, now: datetime) -> NodeState:
         read, deadline = self._read(name, obj, now)
-        usage = self._usage(name)
-        self._counter += 1
         meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        report, grants = self._grants(name, read.node, annotations)
+        live = {}
+        for key in grants or ():
+            bound = self._live.get(key)
+            if bound is not None and bound[0] == name:
+                live[key] = bound[1]
+        found = ledger.reconcile(self._claims(name), grants, live, read.node)
+        self._counter += 1
         version = str(meta.get("resourceVersion") or "")
-        locked = protocol.NODE_LOCK_KEY in (meta.get("annotations") or {})
-        return NodeState(name, read, usage, self._counter, version, deadline, locked=locked)
+        disagreements = (found.mismatches, found.clashes)
+        if disagreements != self._disagreements.get(name, ((), ())):
+            self._disagreements[name] = disagreements
+            self.on_disagreement(name, disagreements)
+        return NodeState(
+            name,
+            read,
+            found.ledger,
+            self._counter,
+            version,
+            deadline,
+            locked=protocol.NODE_LOCK_KEY in annotations,
+            report=report,
+            mismatches=found.mismatches,
+            clashes=found.clashes,
+        )
 
     def _read(self, name: str, obj: Json, now: datetime) -> tuple[nodes.NodeRead, datetime | None]:
         """``nodes.read_node``, reused while the annotations and allocatable it reads are unchanged.
@@ -283,10 +326,22 @@ class ClusterCache:
         self._reads[name] = (key, read, deadline)
         return read, deadline
 
-    def _usage(self, name: str) -> ledger.Ledger:
-        """``ledger.node_usage`` over the node's pods, each pod's usage decoded once per revision."""
-        usage: dict[str, inventory.ChipUsage] = {}
-        problems: list[ledger.Problem] = []
+    def _grants(
+        self, name: str, node: inventory.Node | None, annotations: Mapping[str, str]
+    ) -> _Report:
+        """``granted.report``, decoded again only when the report or the inventory changed."""
+        words = node.models() if node is not None else ()
+        raws = tuple(annotations.get(granted.annotation_key(word)) for word in words)
+        known = self._granted.get(name)
+        if known is not None and known[0] == raws and known[1] is node:
+            return known[2]
+        result = granted.report(node, annotations)
+        self._granted[name] = (raws, node, result)
+        return result
+
+    def _claims(self, name: str) -> dict[str, ledger.Claim]:
+        """What the node's pods claim by their annotations, each decoded once per revision."""
+        claims: dict[str, ledger.Claim] = {}
         pods = [(key, self._pods[key], True) for key in self._by_node.get(name, ())]
         pods.extend(
             (key, pod, False) for key, (pod, _) in self._assumed.items() if _node_of(pod) == name
@@ -295,11 +350,9 @@ class ClusterCache:
             if not ledger.holds_devices(pod, name):
                 continue
             held = self._pod_usage(key, pod) if stored else ledger.read_pod(pod, self._catalog)
-            if isinstance(held, ledger.Problem):
-                problems.append(held)
-            else:
-                ledger.add(usage, held)
-        return ledger.Ledger(usage, tuple(problems))
+            meta = pod.get("metadata") or {}
+            claims[key] = ledger.Claim(f"{meta.get('namespace')}/{meta.get('name')}", held)
+        return claims
 
     def _pod_usage(self, key: str, pod: Json) -> dict[str, inventory.ChipUsage] | ledger.Problem:
         version = str((pod.get("metadata") or {}).get("resourceVersion") or "")

@@ -3,7 +3,8 @@
 ``app`` counts requests and their durations; ``extender`` counts per-node filter outcomes by
 reason code; ``binder`` and ``nodelock`` count conflicts, retries, lock waits and
 take-overs; ``deviceconfig`` reports reloads. ``AllocationCollector`` reads one snapshot of
-the node cache per scrape and yields per-chip allocation gauges. Label values come from
+the node cache per scrape and yields per-chip allocation gauges, and where pods' decision
+annotations and their nodes' grant reports disagree. Label values come from
 closed vocabularies (verbs, reason codes, outcomes) except ``node``/``chip``/``model`` on the
 per-chip gauges, which are bounded by the cluster's size.
 """
@@ -11,14 +12,14 @@ per-chip gauges, which are bounded by the cluster's size.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 import vnpu_scheduler
-from vnpu_core import inventory
+from vnpu_core import inventory, ledger
 
 VERBS = ("filter", "prioritize", "bind", "mutate", "validate")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -123,9 +124,13 @@ class Snapshot:
     chips: list[ChipAllocation]
     nodes: dict[str, int]  # by state: available, unavailable, usage_unknown
     synced: bool
+    reports: dict[str, int] = field(default_factory=dict)  # nodes by grant report: read, ...
+    mismatches: dict[str, int] = field(default_factory=dict)  # pods by ledger.Disagreement
+    double_assignments: int = 0  # chips whose holders cannot all be on them
 
 
 _MIB = 1024 * 1024
+GRANT_REPORTS = ("read", "absent", "unreadable")
 
 
 class AllocationCollector(Collector):
@@ -184,8 +189,34 @@ class AllocationCollector(Collector):
         )
         for state, count in snapshot.nodes.items():
             nodes.add_metric([state], count)
+        reports = GaugeMetricFamily(
+            "vnpu_scheduler_grant_reports",
+            "Nodes by their device plugin's report of what it granted (vnpu.io/granted-<CW>): "
+            "read, absent (not vnpu's plugin: usage from pod annotations alone), unreadable.",
+            labels=["state"],
+        )
+        for state in GRANT_REPORTS:
+            reports.add_metric([state], snapshot.reports.get(state, 0))
+        mismatches = GaugeMetricFamily(
+            "vnpu_scheduler_grant_mismatches",
+            "Pods whose decision annotations disagree with what their node reports it granted "
+            "(annotation_missing, annotation_differs, annotation_unreadable); each is counted as "
+            "holding what it was granted.",
+            labels=["reason"],
+        )
+        for reason in ledger.Disagreement:
+            mismatches.add_metric([reason.value], snapshot.mismatches.get(reason.value, 0))
+        doubles = GaugeMetricFamily(
+            "vnpu_scheduler_double_assignments",
+            "Chips whose holders (pods' decisions and the node's grants together) cannot all be "
+            "on the chip at once: a chip given to two pods.",
+            value=snapshot.double_assignments,
+        )
         yield synced
         yield nodes
+        yield reports
+        yield mismatches
+        yield doubles
         for item in snapshot.chips:
             chip, used = item.chip, item.usage
             values = [item.node, chip.uuid, str(chip.index), chip.model.common_word]

@@ -60,6 +60,22 @@ def control_plane() -> g.Dashboard:
                 unit="s",
             ),
             g.Panel(
+                "Pods vs. what nodes granted",
+                (
+                    g.Query(f"max({g.series(m.SCHED_DOUBLE_ASSIGNMENTS)})", "chips given twice"),
+                    g.Query(
+                        f"max by (reason) ({g.series(m.SCHED_GRANT_MISMATCHES)})", "{{reason}}"
+                    ),
+                    g.Query(
+                        f"max({g.series(m.SCHED_GRANT_REPORTS, state='unreadable')})",
+                        "nodes with an unreadable report",
+                    ),
+                ),
+                description="Above 0, a tenant edited a pod's decision or a pod was bound past "
+                "the scheduler; each pod is counted as what its node granted. The scheduler "
+                "logs grant_mismatch with the pods.",
+            ),
+            g.Panel(
                 "Cache and config",
                 (
                     g.Query(f"min({g.series(m.SCHED_SYNCED)})", "cache synced"),
