@@ -8,7 +8,8 @@ body it defaults (create, update, patch results, mutated objects), which rewrite
 * the container resources of a pod (``spec.containers``, ``initContainers``,
   ``ephemeralContainers``: ``resources.limits``/``requests``), its ``spec.overhead`` and
   pod-level ``spec.resources``, and the same in a workload's ``spec.template.spec``;
-* a node's ``status.capacity`` and ``status.allocatable``.
+* a node's ``status.capacity`` and ``status.allocatable``;
+* a ResourceQuota's ``spec.hard``, ``status.hard`` and ``status.used``.
 
 The rules are the Go type's. The suffix form is kept: decimal SI (``m``, none, ``k``, ``M``,
 …, ``E``), binary SI (``Ki`` … ``Ei``) or decimal exponent (``e3``). A string the parser
@@ -25,9 +26,11 @@ its Python value, so ``1e3`` sent unquoted is stored as ``1k`` where the real se
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 from vnpu_sandbox.apiserver import errors
@@ -191,6 +194,21 @@ def canonical(value: object) -> str:
     return _canonical_text(_round_to_nano(_Amount(sign * digits, scale)), form)
 
 
+def milli_value(value: object) -> int:
+    """The quantity in thousandths, rounded up (Go's ``MilliValue``); ``QuantityError`` if none."""
+    text = canonical(value)
+    match = _SYNTAX.match(text)
+    if match is None:  # "0", the one canonical text the pattern is not asked about
+        return 0
+    form, exponent = _suffix(match["suffix"], value)
+    sign = -1 if match["sign"] == "-" else 1
+    base = 2 if form == "BinarySI" else 10
+    if exponent > (200 if base == 2 else 60):  # far past int64: a whole number of thousandths
+        return sign * _power_of_ten(60)
+    number = Fraction(f"{match['num'] or '0'}.{match['denom'] or '0'}")
+    return sign * math.ceil(number * Fraction(base) ** exponent * 1000)
+
+
 def _resource_lists(kind: str, obj: Json) -> Iterator[Json]:
     """Every mapping of resource name to quantity that the real type of ``kind`` decodes."""
     specs: list[Any] = []
@@ -205,6 +223,11 @@ def _resource_lists(kind: str, obj: Json) -> Iterator[Json]:
             yield from (
                 status[k] for k in ("capacity", "allocatable") if isinstance(status.get(k), dict)
             )
+    elif kind == "ResourceQuota":
+        for part, fields in (("spec", ("hard",)), ("status", ("hard", "used"))):
+            holder = obj.get(part)
+            if isinstance(holder, dict):
+                yield from (holder[k] for k in fields if isinstance(holder.get(k), dict))
     for spec in specs:
         if not isinstance(spec, dict):
             continue

@@ -134,6 +134,17 @@ EVENTS = Resource(
     short_names=("ev",),
     field_labels=_EVENT_FIELDS,
 )
+RESOURCE_QUOTAS = Resource(
+    "",
+    CORE,
+    "resourcequotas",
+    "resourcequota",
+    "ResourceQuota",
+    namespaced=True,
+    short_names=("quota",),
+    subresources=("status",),
+    returns_deleted_object=True,
+)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", namespaced=True)
 DEPLOYMENTS = Resource(
     "apps",
@@ -185,6 +196,7 @@ RESOURCES: tuple[Resource, ...] = (
     NAMESPACES,
     CONFIGMAPS,
     EVENTS,
+    RESOURCE_QUOTAS,
     DEPLOYMENTS,
     REPLICASETS,
     LEASES,

@@ -147,6 +147,16 @@ _SHAPES: dict[str, tuple[tuple[str, str], ...]] = {
         ("spec.leaseTransitions", INTEGER),
     ),
     "Binding": (("target", OBJECT), ("target.name", STRING), ("target.kind", STRING)),
+    "ResourceQuota": (
+        ("spec", OBJECT),
+        ("spec.hard", OBJECT),
+        ("spec.scopes", ARRAY),
+        ("spec.scopes[]", STRING),
+        ("spec.scopeSelector", OBJECT),
+        ("status", OBJECT),
+        ("status.hard", OBJECT),
+        ("status.used", OBJECT),
+    ),
 }
 _WEBHOOKS = (
     ("webhooks", ARRAY),

@@ -11,7 +11,9 @@ kube-apiserver; webhook configurations get their v1 defaults and checks. Deploym
 ReplicaSets get the apps/v1 defaults (``replicas: 1``, the RollingUpdate strategy at 25%/25%,
 ``revisionHistoryLimit``, ``progressDeadlineSeconds``, pod template defaults) and the checks that
 matter to their controllers: a selector that matches the template's labels and cannot change,
-``restartPolicy: Always``, a valid strategy.
+``restartPolicy: Always``, a valid strategy. A ResourceQuota starts with an empty ``status``
+and has the names and amounts of ``spec.hard`` (on ``/status``: ``status.hard`` and
+``status.used``) checked by ``quotas``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import copy
 import re
 from typing import Any
 
-from vnpu_sandbox.apiserver import errors, quantities, resources, selectors
+from vnpu_sandbox.apiserver import errors, quantities, quotas, resources, selectors
 
 Json = dict[str, Any]
 
@@ -175,6 +177,8 @@ def prepare_create(resource: resources.Resource, obj: Json) -> None:
     elif resource in resources.WORKLOADS:
         # The controllers fill it in; a ReplicaSet's replicas is always serialized.
         obj["status"] = {"replicas": 0} if resource is resources.REPLICASETS else {}
+    elif resource is resources.RESOURCE_QUOTAS:
+        obj["status"] = {}  # the quota controller fills it in
     elif resource.kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
@@ -497,6 +501,8 @@ def validate_create(resource: resources.Resource, obj: Json) -> None:
         found += _workload_errors(obj)
     elif resource.kind in _WEBHOOK_KINDS:
         found += _webhook_errors(obj)
+    elif resource is resources.RESOURCE_QUOTAS:
+        found += quotas.errors_of(obj, spec=True, status=False)
     if found:
         raise errors.Invalid(resource.group, resource.kind, str(metadata.get("name", "")), found)
 
@@ -560,6 +566,8 @@ def validate_update(resource: resources.Resource, old: Json, new: Json, subresou
             )
     elif resource.kind in _WEBHOOK_KINDS:
         found += _webhook_errors(new)
+    elif resource is resources.RESOURCE_QUOTAS:
+        found += quotas.errors_of(new, spec=subresource == "", status=subresource == "status")
     if found:
         raise errors.Invalid(resource.group, resource.kind, name, found)
 

@@ -190,6 +190,18 @@ def _replica_set_row(replica_set: Json, now: float) -> Row:
     ]
 
 
+def _quota_row(quota: Json, now: float) -> Row:
+    """AGE, then ``name: used/hard`` of each resource of ``status.hard``, limits apart."""
+    status = quota.get("status") or {}
+    hard, used = status.get("hard") or {}, status.get("used") or {}
+    requests: list[str] = []
+    limits: list[str] = []
+    for name in sorted(hard):
+        column = limits if name.split(".", 1)[0] == "limits" and "." in name else requests
+        column.append(f"{name}: {used.get(name, '0')}/{hard[name]}")
+    return [_name(quota), _created(quota, now), ", ".join(requests), ", ".join(limits)]
+
+
 _NAME = _column("Name", fmt="name")
 _WIDE_WORKLOAD = [
     _column("Containers", priority=1),
@@ -276,6 +288,7 @@ _PRINTERS: dict[str, tuple[list[Json], Callable[[Json, float], Row]]] = {
         ],
         _replica_set_row,
     ),
+    "ResourceQuota": ([_NAME, _AGE, _column("Request"), _column("Limit")], _quota_row),
     "Lease": (
         [_NAME, _column("Holder"), _AGE],
         lambda o, now: [
