@@ -127,7 +127,7 @@ def test_clearing_ones_own_annotations_frees_nothing() -> None:
     result = ledger.reconcile({}, grants, {"a": "ns/a"}, NODE)
     assert result.ledger.usage[U0].exclusive
     assert result.mismatches == (
-        ledger.Mismatch("ns/a", ledger.Disagreement.ANNOTATION_MISSING, (U0,)),
+        ledger.Mismatch("ns/a", ledger.Disagreement.ANNOTATION_MISSING, (U0,), "a"),
     )
 
 
@@ -159,7 +159,7 @@ def test_an_unreadable_pod_counts_as_what_the_node_granted_and_denies_nothing() 
     assert result.ledger.problems == ()
     assert result.ledger.usage == {U1: _vnpu("vir02")}
     assert result.mismatches == (
-        ledger.Mismatch("ns/bad", ledger.Disagreement.ANNOTATION_UNREADABLE, (U1,)),
+        ledger.Mismatch("ns/bad", ledger.Disagreement.ANNOTATION_UNREADABLE, (U1,), "bad"),
     )
     nothing = ledger.reconcile(claims, {}, {"bad": "ns/bad"}, NODE)
     assert nothing.ledger.usage == {}

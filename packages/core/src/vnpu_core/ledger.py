@@ -236,6 +236,7 @@ class Mismatch:
     pod: str  # namespace/name
     reason: Disagreement
     chips: tuple[str, ...]  # the chip UUIDs concerned
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,12 +308,12 @@ def reconcile(
                 problems.append(claim.held)
                 continue
             reason = Disagreement.ANNOTATION_UNREADABLE
-            mismatches.append(Mismatch(claim.pod, reason, tuple(sorted(grant))))
+            mismatches.append(Mismatch(claim.pod, reason, tuple(sorted(grant)), uid))
             count(grant)
             continue
         short = _short(claim.held, grant)
         if short:
-            mismatches.append(Mismatch(claim.pod, Disagreement.ANNOTATION_DIFFERS, short))
+            mismatches.append(Mismatch(claim.pod, Disagreement.ANNOTATION_DIFFERS, short, uid))
         count(_peak(claim.held, grant))
     for uid, grant in reported.items():
         if uid in claims:
@@ -320,7 +321,7 @@ def reconcile(
         count(grant)
         if uid in live:
             chips = tuple(sorted(grant))
-            mismatches.append(Mismatch(live[uid], Disagreement.ANNOTATION_MISSING, chips))
+            mismatches.append(Mismatch(live[uid], Disagreement.ANNOTATION_MISSING, chips, uid))
     clashes: list[tuple[str, str]] = []
     if node is not None:
         for uuid, held in sorted(holders.items()):

@@ -37,7 +37,7 @@ import prometheus_client
 import structlog
 from fastapi import responses
 
-from vnpu_core import inventory
+from vnpu_core import catalog, inventory
 from vnpu_scheduler import (
     binder,
     cache,
@@ -48,7 +48,10 @@ from vnpu_scheduler import (
     informer,
     metrics,
     nodelock,
+    quotagate,
+    quotalock,
     settings,
+    tenancy,
     webhook,
     wire,
 )
@@ -89,7 +92,11 @@ class Service:
         self.config = configsource.ConfigSource(config.device_config, self.stats)
         self.cache = cache.ClusterCache(self.config.catalog, timeout)
         self.cache.on_disagreement = self.disagreement
-        self.config.on_change = self.cache.set_catalog
+        self.quotas: quotagate.QuotaGate | None = None
+        if config.quotas:
+            book = tenancy.QuotaBook(self.config.catalog, config.tenants_config)
+            self.quotas = quotagate.QuotaGate(book, self.cache, self.stats)
+        self.config.on_change = self._new_catalog
         self.executor = ThreadPoolExecutor(config.api_threads, thread_name_prefix="kube-api")
         self.locks = nodelock.NodeLocks(
             api,
@@ -101,7 +108,12 @@ class Service:
             skew=config.lock_clock_skew,
         )
         self.extender = extender.Extender(
-            self.cache, config.policy, self.stats, config.fit_memo, self.locks.busy
+            self.cache,
+            config.policy,
+            self.stats,
+            config.fit_memo,
+            self.locks.busy,
+            *((self.quotas.filter_refusal,) if self.quotas else ()),
         )
         self.binder = binder.Binder(
             api,
@@ -116,8 +128,20 @@ class Service:
             self.extender.recent,
             config.scheduler_name,
             config.bind_timeout,
+            None
+            if self.quotas is None
+            else (
+                self.quotas.book,
+                quotalock.QuotaLocks(api, self.run, config.lock_namespace, config.bind_timeout),
+            ),
         )
-        self.webhook = webhook.Webhook(lambda: self.cache.catalog, config.scheduler_name)
+        if self.quotas is not None:
+            self.quotas.event = self.binder.event
+        self.webhook = webhook.Webhook(
+            lambda: self.cache.catalog,
+            config.scheduler_name,
+            *((self.quotas.admission_refusal,) if self.quotas else ()),
+        )
         self.informers = [
             informer.Informer(
                 "nodes",
@@ -138,7 +162,26 @@ class Service:
                 config.watch_timeout,
             ),
         ]
+        if self.quotas is not None:
+            book = self.quotas.book
+            self.informers.append(
+                informer.Informer(
+                    "resourcequotas",
+                    api,
+                    book.replace,
+                    book.upsert,
+                    book.remove,
+                    self.stats,
+                    config.watch_timeout,
+                )
+            )
+            registry.register(metrics.QuotaCollector(self.quotas.snapshot))
         registry.register(metrics.AllocationCollector(self.allocations))
+
+    def _new_catalog(self, models: catalog.Catalog) -> None:
+        self.cache.set_catalog(models)
+        if self.quotas is not None:
+            self.quotas.book.set_catalog(models)
 
     async def run(self, call: Callable[..., Any], *args: Any) -> Any:
         """Run a blocking call in the API thread pool, in a copy of the caller's context.
@@ -181,7 +224,7 @@ class Service:
     def readiness(self) -> tuple[bool, Json]:
         status = self.config.status
         ready = self.cache.synced and self.warm and status.loaded
-        return ready, {
+        body: Json = {
             "ready": ready,
             "cache": {
                 "nodes_synced": self.cache.nodes_synced.is_set(),
@@ -195,9 +238,23 @@ class Service:
                 "last_reload_error": status.error,
             },
         }
+        if self.quotas is not None:
+            book = self.quotas.book
+            tenants = book.tenants_status
+            ready = ready and book.synced.is_set() and tenants.loaded
+            body["ready"] = ready
+            body["quotas"] = {
+                "resource_quotas_synced": book.synced.is_set(),
+                "tenants_config": tenants.source,
+                "tenants_loaded": tenants.loaded,
+                "last_tenants_error": tenants.error,
+            }
+        return ready, body
 
     async def poll_config(self) -> None:
         while True:
+            if self.quotas is not None:
+                await self.run(self.quotas.poll_tenants, self.api)
             await asyncio.sleep(self.settings.config_poll_seconds)
             await self.run(self.config.poll)
 

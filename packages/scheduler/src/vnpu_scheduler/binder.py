@@ -30,20 +30,32 @@ to the next bind. Events record each outcome.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import copy
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 
-from vnpu_core import allocator, binding, catalog, granted, nodes, protocol, requests
+from vnpu_core import allocator, binding, catalog, granted, holdings, nodes, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, cluster, errors, metrics, nodelock, placement, settings, wire
+from vnpu_scheduler import (
+    cache,
+    cluster,
+    errors,
+    metrics,
+    nodelock,
+    placement,
+    quotalock,
+    settings,
+    tenancy,
+    wire,
+)
 from vnpu_service import kubeapi
 
 Json = dict[str, Any]
@@ -112,6 +124,7 @@ class Binder:
         recent: Callable[[str, str], Json | None] = lambda _namespace, _name: None,
         scheduler_name: str = "vnpu-scheduler",
         deadline: float = 25.0,
+        quota: tuple[tenancy.QuotaBook, quotalock.QuotaLocks] | None = None,
     ) -> None:
         self._api = api
         self._cache = nodes_cache
@@ -125,6 +138,7 @@ class Binder:
         self._recent = recent
         self._scheduler_name = scheduler_name
         self._deadline = deadline
+        self._quota = quota
         self._background: set[asyncio.Task[None]] = set()
 
     async def bind(self, args: wire.ExtenderBindingArgs) -> str:
@@ -262,7 +276,8 @@ class Binder:
                 assignment = await self._assign(locked, request, who)
                 steps.append(time.perf_counter())
                 annotations = binding.bind_annotations(assignment, int(time.time()))
-                elsewhere = await self._post_binding(pod, node, annotations, progress)
+                async with self._within_quota(namespace, request, who, node):
+                    elsewhere = await self._post_binding(pod, node, annotations, progress)
                 steps.append(time.perf_counter())
             except asyncio.CancelledError:
                 raise  # the deadline: the rollback knows whether the Binding went out
@@ -280,6 +295,39 @@ class Binder:
         if request.notes:  # read as HAMi or Volcano read it (a clamped core percentage, ...)
             self.event(pod, "Warning", "NPURequestAdjusted", "; ".join(request.notes))
         return self._bound(pod, node, annotations, describe(assignment))
+
+    @contextlib.asynccontextmanager
+    async def _within_quota(
+        self, namespace: str, request: requests.PodRequest, who: str, node: str
+    ) -> AsyncIterator[None]:
+        """Hold the quota lock of the pod's scope and check its quotas on usage read now.
+
+        The usage is a fresh LIST of the scope's namespaces (another replica's binds show
+        there before any watch delivers them), plus what pods were granted beyond their
+        annotations (the cache's node grant reports). Raises BindError naming the quota.
+        """
+        if self._quota is None or not self._quota[0].limited(namespace):
+            yield
+            return
+        book, locks = self._quota
+        in_team = book.teams.team_of(namespace) is not None
+        async with locks.hold(quotalock.TEAMS if in_team else namespace, who):
+            scope = book.scope(namespace)
+            pods: list[Json] = []
+            for member in scope:
+                listed, _ = await self._retry(self._api.list_pods, None, member)
+                pods.extend(listed)
+            usage = holdings.usage_by_namespace(pods, self._cache.catalog).by_namespace
+            for member, extra in self._cache.namespace_excess().items():
+                if member in scope:
+                    usage[member] = usage.get(member, holdings.ZERO).plus(extra)
+            refused = book.refusals(holdings.of_request(request), namespace, usage)
+            if refused:
+                for item in refused:
+                    self._stats.quota_refusals.labels("bind", item.rule).inc()
+                text = "; ".join(item.message for item in refused)
+                raise errors.BindError(who, node, "quota", text)
+            yield
 
     def _bound(self, pod: Json, node: str, annotations: dict[str, str], text: str) -> str:
         """Count the pod at once (before the watch delivers it), record the event."""

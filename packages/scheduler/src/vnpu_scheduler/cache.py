@@ -27,7 +27,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from vnpu_core import catalog, coordination, errors, granted, inventory, ledger, nodes, protocol
+from vnpu_core import (
+    catalog,
+    coordination,
+    errors,
+    granted,
+    holdings,
+    inventory,
+    ledger,
+    nodes,
+    protocol,
+)
 
 Json = dict[str, Any]
 _Report = tuple[granted.Report, granted.Usage | None]
@@ -53,6 +63,8 @@ class NodeState:
     report: granted.Report = "absent"  # its device plugin's grant report
     mismatches: tuple[ledger.Mismatch, ...] = ()  # pods whose annotations disagree with it
     clashes: tuple[tuple[str, str], ...] = ()  # chips given twice: (UUID, why)
+    # what mismatched pods were granted beyond their annotations, by namespace (for quotas)
+    excess: tuple[tuple[str, holdings.Amount], ...] = ()
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -103,9 +115,9 @@ class ClusterCache:
         self._nodes: dict[str, Json] = {}
         self._pods: dict[str, Json] = {}
         self._by_node: dict[str, set[str]] = {}
-        self._live: dict[
-            str, tuple[str, str]
-        ] = {}  # bound, unfinished pods: key -> (node, ns/name)
+        self._live: dict[str, tuple[str, str]] = {}  # bound, unfinished: key -> (node, ns/name)
+        self._amounts: dict[str, tuple[str, holdings.Amount]] = {}  # key -> (namespace, held)
+        self._by_namespace: dict[str, holdings.Amount] = {}  # the sum of _amounts
         self._assumed: dict[str, tuple[Json, float]] = {}
         self._states: dict[str, NodeState] = {}
         self._reads: dict[str, tuple[tuple[Any, ...], nodes.NodeRead, datetime | None]] = {}
@@ -135,6 +147,11 @@ class ClusterCache:
             self._reads.clear()
             self._decoded.clear()
             self._granted.clear()
+            pods = list(self._pods.items()) + [(k, p) for k, (p, _) in self._assumed.items()]
+            self._amounts.clear()
+            self._by_namespace.clear()
+            for key, pod in pods:
+                self._count(key, pod)
 
     # --- nodes -------------------------------------------------------------------------------
 
@@ -182,6 +199,8 @@ class ClusterCache:
             self._pods.clear()
             self._by_node.clear()
             self._live.clear()
+            self._amounts.clear()
+            self._by_namespace.clear()
             for pod in items:
                 self._put_pod(pod)
             self._decoded = {k: v for k, v in self._decoded.items() if k in self._pods}
@@ -200,6 +219,7 @@ class ClusterCache:
             assumed = self._assumed.pop(key, None)
             if assumed is not None:
                 self._states.pop(_node_of(assumed[0]), None)
+                self._uncount(key)
 
     def assume(self, pod: Json) -> None:
         """A pod just bound by us (``spec.nodeName`` and annotations set on this copy)."""
@@ -208,6 +228,7 @@ class ClusterCache:
             if key not in self._pods:
                 self._assumed[key] = (pod, time.monotonic() + ASSUME_SECONDS)
                 self._states.pop(_node_of(pod), None)
+                self._count(key, pod)
 
     def _put_pod(self, pod: Json) -> None:
         key = pod_key(pod)
@@ -215,6 +236,7 @@ class ClusterCache:
         if node and key in self._assumed:
             del self._assumed[key]  # the watch caught up with our bind
             self._states.pop(node, None)
+            self._uncount(key)
         if ledger.holds_devices(pod):
             meta = pod.get("metadata") or {}
             self._live[key] = (node, f"{meta.get('namespace')}/{meta.get('name')}")
@@ -223,10 +245,32 @@ class ClusterCache:
         self._pods[key] = pod
         self._by_node.setdefault(node, set()).add(key)
         self._states.pop(node, None)
+        self._count(key, pod)
+
+    def _count(self, key: str, pod: Json) -> None:
+        """Add what the pod's annotations say it holds to its namespace's total."""
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        try:
+            held = holdings.of_bound_pod(pod, self._catalog)
+        except errors.ProtocolError:
+            held = holdings.ZERO  # counted from its node's grant report, if there is one
+        self._amounts[key] = (namespace, held)
+        self._by_namespace[namespace] = self._by_namespace.get(namespace, holdings.ZERO).plus(held)
+
+    def _uncount(self, key: str) -> None:
+        counted = self._amounts.pop(key, None)
+        if counted is not None:
+            namespace, held = counted
+            left = self._by_namespace.get(namespace, holdings.ZERO).minus(held)
+            if left:
+                self._by_namespace[namespace] = left
+            else:
+                self._by_namespace.pop(namespace, None)
 
     def _drop_pod(self, key: str) -> None:
         self._decoded.pop(key, None)
         self._live.pop(key, None)
+        self._uncount(key)
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -294,6 +338,7 @@ class ClusterCache:
         found = ledger.reconcile(self._claims(name), grants, live, read.node)
         self._counter += 1
         version = str(meta.get("resourceVersion") or "")
+        excess = self._excess(read.node, grants or {}, found.mismatches)
         disagreements = (found.mismatches, found.clashes)
         if disagreements != self._disagreements.get(name, ((), ())):
             self._disagreements[name] = disagreements
@@ -309,6 +354,7 @@ class ClusterCache:
             report=report,
             mismatches=found.mismatches,
             clashes=found.clashes,
+            excess=excess,
         )
 
     def _read(self, name: str, obj: Json, now: datetime) -> tuple[nodes.NodeRead, datetime | None]:
@@ -338,6 +384,49 @@ class ClusterCache:
         result = granted.report(node, annotations)
         self._granted[name] = (raws, node, result)
         return result
+
+    def _excess(
+        self,
+        node: inventory.Node | None,
+        grants: granted.Usage,
+        mismatches: tuple[ledger.Mismatch, ...],
+    ) -> tuple[tuple[str, holdings.Amount], ...]:
+        """By namespace, what pods were granted beyond what their annotations show."""
+        if node is None:
+            return ()
+        found = []
+        for mismatch in mismatches:
+            given = holdings.ZERO
+            for uuid, usage in grants.get(mismatch.uid, {}).items():
+                chip = node.chip(uuid)
+                if chip is not None:
+                    given = given.plus(holdings.of_chip_usage(chip.model, usage))
+            claimed = self._amounts.get(mismatch.uid, ("", holdings.ZERO))[1]
+            extra = given.minus(claimed)
+            if extra:
+                found.append((mismatch.pod.partition("/")[0], extra))
+        return tuple(found)
+
+    def namespace_usage(self) -> dict[str, holdings.Amount]:
+        """What every namespace's bound (and assumed) pods hold, in quota units.
+
+        Each pod counts as its decision annotations say, plus what its node reports it was
+        granted beyond that (a tenant clearing its own annotations frees no quota).
+        """
+        excess = self.namespace_excess()
+        with self._lock:
+            usage = dict(self._by_namespace)
+        for namespace, extra in excess.items():
+            usage[namespace] = usage.get(namespace, holdings.ZERO).plus(extra)
+        return usage
+
+    def namespace_excess(self) -> dict[str, holdings.Amount]:
+        """By namespace, what pods were granted beyond what their annotations show."""
+        found: dict[str, holdings.Amount] = {}
+        for state in self.all_states():
+            for namespace, extra in state.excess:
+                found[namespace] = found.get(namespace, holdings.ZERO).plus(extra)
+        return found
 
     def _claims(self, name: str) -> dict[str, ledger.Claim]:
         """What the node's pods claim by their annotations, each decoded once per revision."""
@@ -387,3 +476,4 @@ class ClusterCache:
             if deadline < now:
                 del self._assumed[key]
                 self._states.pop(_node_of(pod), None)
+                self._uncount(key)

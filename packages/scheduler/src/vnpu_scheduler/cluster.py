@@ -72,7 +72,21 @@ class Cluster(Protocol):
 
     def list_nodes(self) -> tuple[list[Json], str]: ...
 
-    def list_pods(self, node: str | None = None) -> tuple[list[Json], str]: ...
+    def list_pods(
+        self, node: str | None = None, namespace: str | None = None
+    ) -> tuple[list[Json], str]: ...
+
+    def list_resource_quotas(self) -> tuple[list[Json], str]: ...
+
+    def get_config_map(self, namespace: str, name: str) -> Json | None: ...
+
+    def create_lease(self, namespace: str, body: Json) -> Json: ...
+
+    def get_lease(self, namespace: str, name: str) -> Json | None: ...
+
+    def replace_lease(self, namespace: str, name: str, body: Json) -> Json: ...
+
+    def delete_lease(self, namespace: str, name: str, resource_version: str) -> None: ...
 
     def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream: ...
 
@@ -139,6 +153,7 @@ class KubeCluster:
     def __init__(self, api_client: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
         self._client = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self._leases = kubernetes.client.CoordinationV1Api(api_client)
         self._timeout = timeout
 
     @classmethod
@@ -164,7 +179,18 @@ class KubeCluster:
         )
         return _items(listed)
 
-    def list_pods(self, node: str | None = None) -> tuple[list[Json], str]:
+    def list_pods(
+        self, node: str | None = None, namespace: str | None = None
+    ) -> tuple[list[Json], str]:
+        """Every pod, those bound to ``node``, or those of ``namespace``."""
+        if namespace is not None:
+            listed = kubeapi.fetch(
+                lambda: self._core.list_namespaced_pod(
+                    namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
+                ),
+                f"list pods in namespace {namespace}",
+            )
+            return _items(listed)
         what = f"list pods on node {node}" if node else "list pods"
         selector = f"spec.nodeName={node}" if node else None
         listed = kubeapi.fetch(
@@ -177,11 +203,89 @@ class KubeCluster:
         )
         return _items(listed)
 
+    def list_resource_quotas(self) -> tuple[list[Json], str]:
+        listed = kubeapi.fetch(
+            lambda: self._core.list_resource_quota_for_all_namespaces(
+                _preload_content=False, _request_timeout=_limit(self._timeout * 6)
+            ),
+            "list resourcequotas",
+        )
+        return _items(listed)
+
+    def get_config_map(self, namespace: str, name: str) -> Json | None:
+        """The ConfigMap, or None when it does not exist."""
+        try:
+            return kubeapi.fetch(
+                lambda: self._core.read_namespaced_config_map(
+                    name, namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
+                ),
+                f"get configmap {namespace}/{name}",
+            )
+        except kubeapi.NotFound:
+            return None
+
+    def create_lease(self, namespace: str, body: Json) -> Json:
+        name = (body.get("metadata") or {}).get("name")
+        return kubeapi.fetch(
+            lambda: self._leases.create_namespaced_lease(
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            ),
+            f"create lease {namespace}/{name}",
+        )
+
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        """The Lease, or None when it does not exist."""
+        try:
+            return kubeapi.fetch(
+                lambda: self._leases.read_namespaced_lease(
+                    name, namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
+                ),
+                f"get lease {namespace}/{name}",
+            )
+        except kubeapi.NotFound:
+            return None
+
+    def replace_lease(self, namespace: str, name: str, body: Json) -> Json:
+        """PUT the Lease; ``metadata.resourceVersion`` in ``body`` makes it compare-and-swap."""
+        return kubeapi.fetch(
+            lambda: self._leases.replace_namespaced_lease(
+                name,
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            ),
+            f"replace lease {namespace}/{name}",
+        )
+
+    def delete_lease(self, namespace: str, name: str, resource_version: str) -> None:
+        """Delete the Lease if it is still at ``resource_version`` (gone already: done)."""
+        what = f"delete lease {namespace}/{name}"
+        body = {"preconditions": {"resourceVersion": resource_version}}
+        try:
+            response: Any = self._leases.delete_namespaced_lease(
+                name,
+                namespace,
+                body=cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            )
+        except kubeapi.FAILURES as exc:
+            error = kubeapi.translate(exc, what)
+            if isinstance(error, kubeapi.NotFound):
+                return
+            raise error from exc
+        _drain(response)
+
     def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream:
         what = f"watch {resource}"
         calls: dict[str, Callable[..., Any]] = {
             "nodes": self._core.list_node,
             "pods": self._core.list_pod_for_all_namespaces,
+            "resourcequotas": self._core.list_resource_quota_for_all_namespaces,
         }
         try:
             response = calls[resource](

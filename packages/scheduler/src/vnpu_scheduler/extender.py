@@ -4,7 +4,8 @@
 Each candidate node's ``cache.NodeState`` gives the inventory and usage; ``judge`` turns it
 into a ``Verdict``: the node fits (with a 0-10 score), or a reason code and a sentence that
 goes into ``FailedNodes`` (eviction could help) or ``FailedAndUnresolvableNodes`` (it never
-could: no such chip, unavailable node, unknown usage, a request no chip can take). The pod
+could: no such chip, unavailable node, unknown usage, a request no chip can take, a
+pod its NPU quotas hold back: ``quota``, the refusal ``app`` computes). The pod
 is parsed and rounded here, whether or not the webhook ran. Fit results are remembered on
 the node state per request shape, so prioritize after filter, and identical pods, cost a
 dictionary lookup until that node changes.
@@ -27,6 +28,7 @@ UNAVAILABLE = "node-unavailable"
 USAGE_UNKNOWN = "usage-unknown"
 UNKNOWN_NODE = "unknown-node"
 BAD_REQUEST = "bad-request"
+QUOTA = "quota"
 # A bind to a locked node waits for its device plugin's Allocate; while the lock is held (or
 # this replica has binds queued for the node) it scores this much lower, so pods scheduled
 # meanwhile spread to nodes that can bind at once instead of queueing behind one lock.
@@ -136,8 +138,10 @@ class Extender:
         stats: metrics.Metrics,
         memo: bool = True,
         busy: Callable[[str], bool] = lambda _: False,
+        quota: Callable[[Json, requests.PodRequest], str] = lambda _pod, _request: "",
     ) -> None:
         self._busy = busy
+        self._quota = quota
         self._recent: collections.OrderedDict[tuple[str, str], Json] = collections.OrderedDict()
         self._keys: dict[tuple[Any, ...], MemoKey] = {}
         self._cache = nodes
@@ -179,6 +183,10 @@ class Extender:
             return dict.fromkeys(names, (refused, None))
         if not pod.wants_npu:
             return None
+        held_back = self._quota(args.Pod, pod)
+        if held_back:  # no node can help, and evicting other namespaces' pods would not either
+            verdict = Verdict(False, 0, QUOTA, held_back, True)
+            return dict.fromkeys(names, (verdict, None))
         key = self._key(request_key(pod, self._policy)) if self._memo else None
         states: Mapping[str, cache.NodeState | None]
         if args.Nodes is not None:

@@ -1,6 +1,7 @@
 """List+watch loops that keep ``cache.ClusterCache`` in step with the API, one thread per resource.
 
-``app`` starts one ``Informer`` for nodes and one for pods at start-up and stops them at
+``app`` starts one ``Informer`` for nodes, one for pods and (with quotas on) one for
+ResourceQuotas at start-up and stops them at
 shutdown. Each lists (replacing the cache's contents), then watches from the list's
 revision, applying ADDED/MODIFIED/DELETED and following BOOKMARKs. A watch that ends is
 started again from the last revision; a 410 Expired (in the stream or as the answer)
@@ -24,7 +25,7 @@ log = structlog.get_logger(__name__)
 
 
 class Informer:
-    """Keeps one resource (``nodes`` or ``pods``) of the cache current."""
+    """Keeps one resource (``nodes``, ``pods`` or ``resourcequotas``) current."""
 
     def __init__(
         self,
@@ -62,6 +63,8 @@ class Informer:
     def _list(self) -> str:
         if self.resource == "nodes":
             items, version = self._api.list_nodes()
+        elif self.resource == "resourcequotas":
+            items, version = self._api.list_resource_quotas()
         else:
             items, version = self._api.list_pods()
         self._replace(items)

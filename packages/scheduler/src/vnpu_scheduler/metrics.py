@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 import vnpu_scheduler
-from vnpu_core import inventory, ledger
+from vnpu_core import inventory, ledger, quotas
 
 VERBS = ("filter", "prioritize", "bind", "mutate", "validate")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -98,6 +98,13 @@ class Metrics:
         self.config_ok = Gauge(
             "vnpu_scheduler_device_config_ok",
             "1 when the last device-config load succeeded, 0 when the last good config is kept.",
+            registry=registry,
+        )
+        self.quota_refusals = Counter(
+            "vnpu_scheduler_quota_refusals",
+            "Pods held back by an NPU quota, by where (filter, bind, admission) and rule "
+            "(resource-quota, team-limit, no-idle-capacity, unreadable-quota).",
+            ["verb", "rule"],
             registry=registry,
         )
         self.watch_restarts = Counter(
@@ -228,3 +235,122 @@ class AllocationCollector(Collector):
             families["exclusive"].add_metric(values, 1 if whole else 0)
             families["capacity"].add_metric(values, chip.memory_mib * _MIB)
         yield from families.values()
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSnapshot:
+    """What one scrape reports about quotas and teams."""
+
+    limits: tuple[quotas.QuotaStanding, ...] = ()
+    teams: tuple[quotas.TeamStanding, ...] = ()
+    team_pending: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, unit)
+    namespaces: dict[tuple[str, str], int] = field(default_factory=dict)  # (ns, unit) used
+    namespace_pending: dict[tuple[str, str], int] = field(default_factory=dict)
+    aicore_seconds: dict[str, float] = field(default_factory=dict)  # by namespace
+    memory_mib_seconds: dict[str, float] = field(default_factory=dict)
+    team_of: dict[str, str] = field(default_factory=dict)  # namespace -> team
+    tenants_ok: bool = True
+
+
+class QuotaCollector(Collector):
+    """Quota and team gauges and the NPU-seconds counters, read once per scrape."""
+
+    def __init__(self, snapshot: Callable[[], QuotaSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot()
+        quota_labels = ["namespace", "quota", "resource"]
+        limit = GaugeMetricFamily(
+            "vnpu_scheduler_quota_limit",
+            "An NPU limit of a ResourceQuota (MiB, AI cores, chips, vNPUs or devices).",
+            labels=quota_labels,
+        )
+        used = GaugeMetricFamily(
+            "vnpu_scheduler_quota_used",
+            "What the namespace's bound pods hold of a ResourceQuota's NPU limit.",
+            labels=quota_labels,
+        )
+        for standing in snapshot.limits:
+            values = [standing.namespace, standing.quota, standing.resource]
+            limit.add_metric(values, standing.limit)
+            used.add_metric(values, standing.used)
+        team = {
+            "used": GaugeMetricFamily(
+                "vnpu_scheduler_team_used",
+                "What a team's pods hold, by unit.",
+                labels=["team", "unit"],
+            ),
+            "nominal": GaugeMetricFamily(
+                "vnpu_scheduler_team_nominal",
+                "A team's nominal (guaranteed) share, by unit.",
+                labels=["team", "unit"],
+            ),
+            "limit": GaugeMetricFamily(
+                "vnpu_scheduler_team_limit",
+                "A team's nominal + borrowingLimit, by unit (absent: it may borrow without limit).",
+                labels=["team", "unit"],
+            ),
+            "borrowed": GaugeMetricFamily(
+                "vnpu_scheduler_team_borrowed",
+                "What a team holds above its nominal share (idle capacity lent to it), by unit.",
+                labels=["team", "unit"],
+            ),
+            "pending": GaugeMetricFamily(
+                "vnpu_scheduler_team_pending",
+                "What a team's pods waiting to be bound ask for, by unit.",
+                labels=["team", "unit"],
+            ),
+        }
+        for held in snapshot.teams:
+            slot = (held.team, held.key.name)
+            team["used"].add_metric(list(slot), held.used)
+            team["nominal"].add_metric(list(slot), held.nominal)
+            if held.limit is not None:
+                team["limit"].add_metric(list(slot), held.limit)
+            team["borrowed"].add_metric(list(slot), held.borrowed)
+            team["pending"].add_metric(list(slot), snapshot.team_pending.get(slot, 0))
+        namespace_used = GaugeMetricFamily(
+            "vnpu_scheduler_namespace_used",
+            "What a namespace's bound pods hold, by unit (AI cores, MiB, and per chip model).",
+            labels=["namespace", "unit"],
+        )
+        for (namespace, unit), value in sorted(snapshot.namespaces.items()):
+            namespace_used.add_metric([namespace, unit], value)
+        namespace_pending = GaugeMetricFamily(
+            "vnpu_scheduler_namespace_pending",
+            "What a namespace's pods waiting to be bound ask for, by unit.",
+            labels=["namespace", "unit"],
+        )
+        for (namespace, unit), value in sorted(snapshot.namespace_pending.items()):
+            namespace_pending.add_metric([namespace, unit], value)
+        seconds = {
+            "aicore": CounterMetricFamily(
+                "vnpu_scheduler_namespace_aicore_seconds",
+                "AI-core-seconds held by a namespace's pods (AI cores x seconds).",
+                labels=["namespace", "team"],
+            ),
+            "memory": CounterMetricFamily(
+                "vnpu_scheduler_namespace_memory_mib_seconds",
+                "Device-memory MiB-seconds held by a namespace's pods.",
+                labels=["namespace", "team"],
+            ),
+        }
+        for namespace, total in sorted(snapshot.aicore_seconds.items()):
+            labels = [namespace, snapshot.team_of.get(namespace, "")]
+            seconds["aicore"].add_metric(labels, total)
+            seconds["memory"].add_metric(labels, snapshot.memory_mib_seconds.get(namespace, 0.0))
+        yield GaugeMetricFamily(
+            "vnpu_scheduler_tenants_config_ok",
+            "1 when the tenants config was read (or none is set), 0 while the last good one is kept.",
+            value=1 if snapshot.tenants_ok else 0,
+        )
+        yield limit
+        yield used
+        yield from team.values()
+        yield namespace_used
+        yield namespace_pending
+        yield from seconds.values()

@@ -86,6 +86,14 @@ class Settings(BaseSettings):
     """Worker threads running Kubernetes API calls (the client is synchronous)."""
     fit_memo: bool = True
     """Remember fit results per unchanged node and request shape (filter then prioritize)."""
+    quotas: bool = True
+    """Enforce NPU quotas: the NPU entries of ResourceQuotas and the teams of ``tenants_config``."""
+    tenants_config: str = pydantic.Field(default="", pattern=r"^([a-z0-9-]+/[a-z0-9.-]+)?$")
+    """``namespace/name`` of the tenants ConfigMap (teams, weights, borrowing); empty: no teams."""
+    lock_namespace: str = pydantic.Field(
+        default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
+    """Namespace of the quota Leases that serialise binds across replicas (the chart's own)."""
     log_level: str = pydantic.Field(default="info", pattern="^(debug|info|warning|error)$")
     """Log level: debug, info, warning or error."""
 
@@ -193,6 +201,8 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--api-timeout", "seconds per Kubernetes API call (default 10)"),
     ("--watch-timeout", "seconds per watch request (default 300)"),
     ("--api-threads", "threads for Kubernetes API calls (default 16)"),
+    ("--tenants-config", "namespace/name of the tenants ConfigMap (default: no teams)"),
+    ("--lock-namespace", "namespace of the quota Leases binds take (default: default)"),
     ("--log-level", "debug, info, warning or error (default info)"),
 )
 
@@ -218,6 +228,14 @@ def parser() -> argparse.ArgumentParser:
         const=True,
         default=None,
         help="serve the extender on a non-loopback address without client certificates (unsafe)",
+    )
+    cli.add_argument(
+        "--no-quotas",
+        dest="quotas",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not read or enforce NPU quotas (ResourceQuota NPU entries, teams)",
     )
     cli.add_argument(
         "--no-fit-memo",

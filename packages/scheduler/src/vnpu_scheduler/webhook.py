@@ -11,7 +11,8 @@ that asks for Ascend resources:
   another scheduler (Volcano, say) is left untouched;
 * denies a request no chip can serve or that is malformed, naming the container, the
   resource and the value; a pod with ``spec.nodeName`` preset (it would skip the
-  scheduler) and a privileged container holding NPUs are denied too;
+  scheduler) and a privileged container holding NPUs are denied too, and so is a pod
+  whose request alone exceeds one of its NPU quotas (``quota``: it could never be bound);
 * reads the request as HAMi's webhook does where vnpu follows it (memory 0 is the
   smallest template, a core percentage above 100 is 100, a one-die request of a super-pod
   910C is a die pair), writes the adjusted figures into the pod, and returns what it
@@ -95,9 +96,15 @@ def _warned(reply: Json, notes: tuple[str, ...]) -> Json:
 class Webhook:
     """Mutating and validating admission for pods, with the chip models of ``models``."""
 
-    def __init__(self, models: Callable[[], catalog.Catalog], scheduler_name: str) -> None:
+    def __init__(
+        self,
+        models: Callable[[], catalog.Catalog],
+        scheduler_name: str,
+        quota: Callable[[str, requests.PodRequest], str] = lambda _namespace, _request: "",
+    ) -> None:
         self._models = models
         self._scheduler_name = scheduler_name
+        self._quota = quota
 
     def _ignored(self, pod: Json) -> bool:
         meta = pod.get("metadata") or {}
@@ -106,7 +113,7 @@ class Webhook:
                 return True
         return False
 
-    def _check(self, pod: Json) -> tuple[requests.PodRequest | None, str]:
+    def _check(self, pod: Json, namespace: str) -> tuple[requests.PodRequest | None, str]:
         """The parsed request (None: nothing to do) or a denial message."""
         try:
             request = requests.from_pod(pod, self._models(), admission=True)
@@ -129,6 +136,10 @@ class Webhook:
                         f"container {item.get('name')!r}: securityContext.privileged=true with "
                         "NPUs: a privileged container sees every chip of the node"
                     )
+        namespace = (pod.get("metadata") or {}).get("namespace") or namespace or "default"
+        beyond = self._quota(str(namespace), request)
+        if beyond:
+            return None, f"the request alone exceeds its NPU quota: {beyond}"
         return request, ""
 
     def _review(self, review: wire.AdmissionReview) -> tuple[Json | None, str]:
@@ -145,7 +156,7 @@ class Webhook:
         pod, _ = self._review(review)
         if pod is None:
             return wire.admission_response(uid, True)
-        _, denial = self._check(pod)
+        _, denial = self._check(pod, review.request.namespace)
         if denial:
             return wire.admission_response(uid, False, denial, code=400)
         return wire.admission_response(uid, True)
@@ -155,7 +166,7 @@ class Webhook:
         pod, _ = self._review(review)
         if pod is None:
             return wire.admission_response(uid, True)
-        request, denial = self._check(pod)
+        request, denial = self._check(pod, review.request.namespace)
         if denial:
             return wire.admission_response(uid, False, denial, code=400)
         if request is None:
