@@ -7,6 +7,8 @@ Every test talks to a fresh emulator (``vnpu_sandbox.apiserver.harness``) with t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -378,3 +380,52 @@ class PluginStandIn:
 def plugin(kube: Kube) -> Iterator[PluginStandIn]:
     with PluginStandIn(kube.url) as stand_in:
         yield stand_in
+
+
+def start_replica(kubeconfig: Path, log: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A scheduler process on loopback; its extender URL once it listens."""
+    command = [
+        sys.executable, "-m", "vnpu_scheduler", "--kubeconfig", str(kubeconfig),
+        "--host", "127.0.0.1", "--port", "0", "--lock-wait", "25", "--bind-timeout", "28",
+        *flags,
+    ]  # fmt: skip
+    handle = log.open("wb")
+    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    handle.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines():
+            if '"listening"' in line:
+                return process, json.loads(line)["urls"][0]
+        if process.poll() is not None:
+            raise AssertionError(f"replica exited: {log.read_text()}")
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"replica did not start: {log.read_text()}")
+
+
+@pytest.fixture
+def replicas(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Two scheduler processes against ``kube``; parametrize indirectly with extra flags."""
+    flags = tuple(getattr(request, "param", ()))
+    started = []
+    try:
+        for number in range(2):
+            log = tmp_path / f"replica-{number}.log"
+            started.append(start_replica(kube.kubeconfig, log, *flags))
+        urls = [url for _, url in started]
+        with httpx.Client() as client:
+            for url in urls:
+                deadline = time.monotonic() + 10
+                while client.get(f"{url}/readyz").status_code != 200:
+                    assert time.monotonic() < deadline, "replica not ready"
+                    time.sleep(0.05)
+        yield urls
+    finally:
+        for process, _ in started:
+            process.terminate()
+        for process, _ in started:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -8,19 +8,12 @@ valid annotations or refused, and the usage rebuilt from the API must fit every 
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from vnpu_core import catalog, ledger, protocol
 
@@ -30,50 +23,6 @@ PODS = 240
 SHAPES: list[tuple[int | None, int]] = (
     [(3000, 1)] * 4 + [(4000, 1)] * 3 + [(10000, 1)] * 2 + [(None, 1)]
 )
-
-
-def _start_replica(kubeconfig: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    command = [
-        sys.executable, "-m", "vnpu_scheduler", "--kubeconfig", str(kubeconfig),
-        "--host", "127.0.0.1", "--port", "0", "--lock-wait", "25", "--bind-timeout", "28",
-    ]  # fmt: skip
-    handle = log.open("wb")
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    handle.close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        for line in log.read_text().splitlines():
-            if '"listening"' in line:
-                return process, json.loads(line)["urls"][0]
-        if process.poll() is not None:
-            raise AssertionError(f"replica exited: {log.read_text()}")
-        time.sleep(0.05)
-    process.kill()
-    raise AssertionError(f"replica did not start: {log.read_text()}")
-
-
-@pytest.fixture
-def replicas(kube: Any, tmp_path: Path) -> Iterator[list[str]]:
-    started = []
-    try:
-        for number in range(2):
-            started.append(_start_replica(kube.kubeconfig, tmp_path / f"replica-{number}.log"))
-        urls = [url for _, url in started]
-        with httpx.Client() as client:
-            for url in urls:
-                deadline = time.monotonic() + 10
-                while client.get(f"{url}/readyz").status_code != 200:
-                    assert time.monotonic() < deadline, "replica not ready"
-                    time.sleep(0.05)
-        yield urls
-    finally:
-        for process, _ in started:
-            process.terminate()
-        for process, _ in started:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def _schedule(client: httpx.Client, url: str, pod: Json, rng: random.Random) -> str:
