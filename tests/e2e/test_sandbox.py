@@ -7,6 +7,7 @@ and the simulated chips' files, as a person trying the platform would.
 from __future__ import annotations
 
 import re
+import subprocess
 import urllib.request
 from typing import Any
 
@@ -328,6 +329,87 @@ def test_clearing_ones_own_decision_frees_no_chip(sandbox: Any) -> None:
     sandbox.wait_for(lambda: _scheduler_metric(sandbox, series) == 0.0, "no mismatch left", 30)
     sandbox.ctl.run(["delete", "pod", "second", "--wait=false"])
     sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
+
+
+QUOTA = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: quota-demo}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: npu, namespace: quota-demo}
+spec:
+  hard: {limits.huawei.com/Ascend310P-memory: "9216"}
+"""
+
+
+def _quota_pod(name: str, memory: int) -> str:
+    return f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: quota-demo}}
+spec:
+  containers:
+    - name: c
+      image: x
+      resources: {{limits: {{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: {memory}}}}}
+"""
+
+
+def test_a_namespace_quota_holds_pods_back_and_says_which(sandbox: Any) -> None:
+    """9216 MiB of 310P memory: a vir02 and a vir01 run, the next vir01 waits naming the
+    quota, and a pod whose request alone is too big is denied at creation."""
+    sandbox.apply(QUOTA)
+    sandbox.apply(_quota_pod("first", 6000) + "---\n" + _quota_pod("second", 3000))
+
+    def running() -> dict[str, Any] | None:
+        pods = sandbox.pods("quota-demo")
+        phases = [pods.get(n, {}).get("status", {}).get("phase") for n in ("first", "second")]
+        return pods if phases == ["Running", "Running"] else None
+
+    sandbox.wait_for(running, "first and second Running", 60)
+    sandbox.apply(_quota_pod("third", 3000))
+
+    def refusal() -> str:
+        events = sandbox.ctl.items(
+            ["get", "events", "-n", "quota-demo", "--field-selector", "involvedObject.name=third"]
+        )
+        found = [e["message"] for e in events if e.get("reason") == "NPUQuotaExceeded"]
+        return found[-1] if found else ""
+
+    message = sandbox.wait_for(refusal, "an NPUQuotaExceeded event for third")
+    assert "quota quota-demo/npu limits.huawei.com/Ascend310P-memory: used 9216 + asked 3072" in (
+        message
+    )
+    described = sandbox.ctl.run(["describe", "pod", "third", "-n", "quota-demo"])
+    assert "FailedScheduling" in described
+    assert "quota-demo/npu" in described
+    assert not sandbox.pods("quota-demo")["third"]["spec"].get("nodeName")
+
+    path = sandbox.directory / "too-big.yaml"
+    path.write_text(_quota_pod("too-big", 12000), encoding="utf-8")
+    denied = subprocess.run(
+        ["kubectl", "--kubeconfig", str(sandbox.record.kubeconfig), "apply", "--validate=false",
+         "-f", str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert denied.returncode != 0
+    assert "alone exceeds its NPU quota" in denied.stderr
+
+    sandbox.ctl.run(["delete", "pod", "first", "-n", "quota-demo", "--wait=false"])
+    pods = sandbox.wait_for(
+        lambda: (
+            (p := sandbox.pods("quota-demo")).get("third", {}).get("status", {}).get("phase")
+            == "Running"
+            and p
+        ),
+        "third Running once first is gone",
+        60,
+    )
+    assert pods["third"]["spec"]["nodeName"] == "duo"
+    sandbox.ctl.run(["delete", "pods", "--all", "-n", "quota-demo", "--wait=false"])
+    sandbox.wait_for(lambda: not sandbox.pods("quota-demo"), "the quota pods gone", 30)
 
 
 def test_second_up_on_a_live_directory_is_refused(sandbox: Any) -> None:
