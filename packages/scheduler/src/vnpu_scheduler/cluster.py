@@ -214,15 +214,8 @@ class KubeCluster:
 
     def get_config_map(self, namespace: str, name: str) -> Json | None:
         """The ConfigMap, or None when it does not exist."""
-        try:
-            return kubeapi.fetch(
-                lambda: self._core.read_namespaced_config_map(
-                    name, namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
-                ),
-                f"get configmap {namespace}/{name}",
-            )
-        except kubeapi.NotFound:
-            return None
+        read = self._core.read_namespaced_config_map
+        return self._get_or_none(read, namespace, name, f"get configmap {namespace}/{name}")
 
     def create_lease(self, namespace: str, body: Json) -> Json:
         name = (body.get("metadata") or {}).get("name")
@@ -238,12 +231,18 @@ class KubeCluster:
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
         """The Lease, or None when it does not exist."""
+        read = self._leases.read_namespaced_lease
+        return self._get_or_none(read, namespace, name, f"get lease {namespace}/{name}")
+
+    def _get_or_none(
+        self, read: Callable[..., Any], namespace: str, name: str, what: str
+    ) -> Json | None:
         try:
             return kubeapi.fetch(
-                lambda: self._leases.read_namespaced_lease(
+                lambda: read(
                     name, namespace, _preload_content=False, _request_timeout=_limit(self._timeout)
                 ),
-                f"get lease {namespace}/{name}",
+                what,
             )
         except kubeapi.NotFound:
             return None

@@ -252,6 +252,15 @@ class QuotaSnapshot:
     tenants_ok: bool = True
 
 
+_TEAM_GAUGES = {
+    "used": "What a team's pods hold, by unit.",
+    "nominal": "A team's nominal (guaranteed) share, by unit.",
+    "limit": "A team's nominal + borrowingLimit, by unit (absent: it may borrow without limit).",
+    "borrowed": "What a team holds above its nominal share (idle capacity lent to it), by unit.",
+    "pending": "What a team's pods waiting to be bound ask for, by unit.",
+}
+
+
 class QuotaCollector(Collector):
     """Quota and team gauges and the NPU-seconds counters, read once per scrape."""
 
@@ -279,31 +288,8 @@ class QuotaCollector(Collector):
             limit.add_metric(values, standing.limit)
             used.add_metric(values, standing.used)
         team = {
-            "used": GaugeMetricFamily(
-                "vnpu_scheduler_team_used",
-                "What a team's pods hold, by unit.",
-                labels=["team", "unit"],
-            ),
-            "nominal": GaugeMetricFamily(
-                "vnpu_scheduler_team_nominal",
-                "A team's nominal (guaranteed) share, by unit.",
-                labels=["team", "unit"],
-            ),
-            "limit": GaugeMetricFamily(
-                "vnpu_scheduler_team_limit",
-                "A team's nominal + borrowingLimit, by unit (absent: it may borrow without limit).",
-                labels=["team", "unit"],
-            ),
-            "borrowed": GaugeMetricFamily(
-                "vnpu_scheduler_team_borrowed",
-                "What a team holds above its nominal share (idle capacity lent to it), by unit.",
-                labels=["team", "unit"],
-            ),
-            "pending": GaugeMetricFamily(
-                "vnpu_scheduler_team_pending",
-                "What a team's pods waiting to be bound ask for, by unit.",
-                labels=["team", "unit"],
-            ),
+            part: GaugeMetricFamily(f"vnpu_scheduler_team_{part}", text, labels=["team", "unit"])
+            for part, text in _TEAM_GAUGES.items()
         }
         for held in snapshot.teams:
             slot = (held.team, held.key.name)
