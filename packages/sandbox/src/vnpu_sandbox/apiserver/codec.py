@@ -140,6 +140,11 @@ def read_delete_options(body: bytes, query: dict[str, str]) -> registry.DeleteOp
         if not isinstance(decoded, dict):
             raise errors.BadRequest("DeleteOptions must be a JSON object")
         options = decoded
+    return delete_options(options, query)
+
+
+def delete_options(options: Json, query: dict[str, str]) -> registry.DeleteOptions:
+    """DeleteOptions from a decoded document (a DELETE body, an Eviction's ``deleteOptions``)."""
     preconditions: Json = (
         options["preconditions"] if isinstance(options.get("preconditions"), dict) else {}
     )

@@ -17,6 +17,7 @@ Json = dict[str, Any]
 
 KUBERNETES_MINOR = 30
 GIT_VERSION = f"v1.{KUBERNETES_MINOR}.0-vnpu-sandbox"
+_CREATE_ONLY = {"binding": "Binding", "eviction": "Eviction"}  # subresources one only POSTs
 
 
 def version() -> Json:
@@ -81,8 +82,8 @@ def _entries(resource: resources.Resource) -> list[Json]:
     entries = [main]
     for sub in resource.subresources:
         kind, verbs = (
-            ("Binding", ["create"])
-            if sub == "binding"
+            (_CREATE_ONLY[sub], ["create"])
+            if sub in _CREATE_ONLY
             else (resource.kind, ["get", "patch", "update"])
         )
         entry: Json = {
@@ -95,6 +96,8 @@ def _entries(resource: resources.Resource) -> list[Json]:
         if sub == "scale":
             # The scale client (kubectl scale) reads the Scale's group and version from here.
             entry.update(group="autoscaling", version="v1", kind="Scale")
+        if sub == "eviction":
+            entry.update(group="policy", version="v1")  # as kube-apiserver lists it
         entries.append(entry)
     return entries
 

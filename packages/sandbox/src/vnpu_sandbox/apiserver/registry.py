@@ -6,8 +6,9 @@ server), ``update`` and ``patch`` (optimistic concurrency on ``metadata.resource
 no-op writes keep the revision), ``get_scale``/``update_scale``/``patch_scale`` (the
 ``/scale`` subresource), ``delete`` (finalizers, the ``foregroundDeletion`` or ``orphan``
 finalizer a propagation policy asks for, pod grace periods, namespaces emptied before they
-go) and ``bind`` (``pods/binding``: node name, Binding annotations and the PodScheduled
-condition in one write). Dependents are not deleted here: that is the garbage collector's
+go), ``bind`` (``pods/binding``: node name, Binding annotations and the PodScheduled
+condition in one write) and ``evict`` (``pods/eviction``: a graceful delete). Dependents
+are not deleted here: that is the garbage collector's
 work (``vnpu-sandbox controllers``), as in a real cluster. All of it is synchronous and runs on the event loop.
 """
 
@@ -446,6 +447,24 @@ class Registry:
             except errors.NotFound:
                 continue
         return listed
+
+    # --- eviction ---------------------------------------------------------------------
+
+    def evict(
+        self, namespace: str, name: str, given: str, options: DeleteOptions, dry_run: bool = False
+    ) -> Json:
+        """``pods/eviction``: delete the pod as a DELETE with ``options`` would (gracefully when
+        it is on a node), answering the Success Status kube-apiserver sends with its 201."""
+        if given != name:
+            raise errors.BadRequest("name in URL does not match name in Eviction object")
+        self.delete(resources.PODS, namespace, name, options, dry_run)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
 
     # --- binding ----------------------------------------------------------------------
 

@@ -94,7 +94,7 @@ PODS = Resource(
     namespaced=True,
     short_names=("po",),
     categories=("all",),
-    subresources=("status", "binding"),
+    subresources=("status", "binding", "eviction"),
     field_labels=_POD_FIELDS,
     returns_deleted_object=True,
 )

@@ -109,6 +109,10 @@ class Api:
             if method != "POST":
                 raise errors.MethodNotAllowed(method)
             return await self._bind(target, request)
+        if target.subresource == "eviction":
+            if method != "POST":
+                raise errors.MethodNotAllowed(method)
+            return await self._evict(target, request, query)
         if target.name is None:
             if method == "GET":
                 return self._list_or_watch(target, request, query)
@@ -421,6 +425,22 @@ class Api:
                 ],
             )
         return json_response(self.registry.bind(self._namespace(target), name, binding), 201)
+
+    async def _evict(
+        self, target: paths.Target, request: Request, query: dict[str, str]
+    ) -> Response:
+        """``pods/<name>/eviction``: a policy/v1 Eviction deletes the pod gracefully (no
+        PodDisruptionBudget is consulted: the emulator serves none)."""
+        eviction = codec.read_object(
+            await request.body(), request.headers.get("content-type"), "policy/v1", "Eviction"
+        )
+        raw = eviction.get("deleteOptions")
+        options = codec.delete_options(raw if isinstance(raw, dict) else {}, {})
+        dry_run = self._dry_run(query) or (isinstance(raw, dict) and raw.get("dryRun") == ["All"])
+        name = str(target.name)
+        given = str(eviction["metadata"].get("name") or "")
+        answer = self.registry.evict(self._namespace(target), name, given, options, dry_run)
+        return json_response(answer, 201)
 
 
 def _with_name(query: dict[str, str], name: str) -> str:
