@@ -149,6 +149,21 @@ SCENARIOS: dict[str, Json] = {
     "external-device-config": {
         "global": {"deviceConfig": {"create": False, "name": "hami-device"}}
     },
+    "teams": {
+        "scheduler": {
+            "tenants": {
+                "teams": [
+                    {
+                        "name": "vision",
+                        "namespaces": ["vision"],
+                        "nominal": {"Ascend310P-aicore": 16},
+                        "borrowingLimit": {"Ascend310P-aicore": 8},
+                    }
+                ]
+            }
+        }
+    },
+    "no-quotas": {"scheduler": {"quotas": {"enabled": False}}},
 }
 
 

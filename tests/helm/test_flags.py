@@ -190,6 +190,8 @@ def test_scheduler_defaults_match_the_service_defaults(default, tmp_path):
         "lock_clock_skew",
         "max_body_bytes",
         "webhook_max_body_bytes",
+        "quotas",
+        "tenants_config",
     ):
         assert getattr(config, name) == fields[name].default, name
 

@@ -12,6 +12,7 @@ Service's DNS name.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -115,7 +116,18 @@ class ScheduledPod:
 def scheduler_pod(
     default, tmp_path: Path
 ) -> Iterator[tuple[ScheduledPod, kubernetes.client.CoreV1Api]]:
-    spec, container = default.container("vnpu-scheduler")
+    with _running(default, tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _running(
+    manifests,
+    tmp_path: Path,
+    before: Callable[[kubernetes.client.ApiClient], None] = lambda _: None,
+) -> Iterator[tuple[ScheduledPod, kubernetes.client.CoreV1Api]]:
+    """The rendered vnpu-scheduler container as a process; ``before`` fills the API first."""
+    spec, container = manifests.container("vnpu-scheduler")
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     # Materialise the ConfigMap and Secret volumes as the kubelet would.
@@ -126,11 +138,11 @@ def scheduler_pod(
         target.mkdir()
         local[path] = target
         if "configMap" in volume:
-            data = default.get("ConfigMap", volume["configMap"]["name"])["data"]
+            data = manifests.get("ConfigMap", volume["configMap"]["name"])["data"]
             for key, text in data.items():
                 (target / key).write_text(text, encoding="utf-8")
         elif "secret" in volume:
-            data = default.get("Secret", volume["secret"]["secretName"])["data"]
+            data = manifests.get("Secret", volume["secret"]["secretName"])["data"]
             for key, text in data.items():
                 (target / key).write_bytes(base64.b64decode(text))
     http_port, webhook_port, metrics_port = _free_port(), _free_port(), _free_port()
@@ -157,14 +169,14 @@ def scheduler_pod(
                     arg = f"{flag}={target / value[len(path) + 1 :]}"  # noqa: PLW2901
         args.append(arg)
     config = yaml.safe_load(
-        default.get("ConfigMap", "vnpu-scheduler-kube-scheduler")["data"]["config.yaml"]
+        manifests.get("ConfigMap", "vnpu-scheduler-kube-scheduler")["data"]["config.yaml"]
     )
     extender = config["extenders"][0]
     url = urlsplit(extender["urlPrefix"])
     assert url.port == rendered_port, "kube-scheduler calls the port vnpu-scheduler listens on"
     assert url.hostname == rendered_host == "127.0.0.1", "the extender is reachable in the pod only"
     url_prefix = f"{url.scheme}://{url.hostname}:{http_port}{url.path}"
-    secret = default.get("Secret", "vnpu-scheduler-tls")
+    secret = manifests.get("Secret", "vnpu-scheduler-tls")
     ca_pem = base64.b64decode(secret["data"]["ca.crt"])
     program = shutil.which(container["command"][0], path=str(Path(sys.executable).parent))
     assert program is not None, "the vnpu-scheduler console script is installed"
@@ -174,6 +186,7 @@ def scheduler_pod(
         client = kubernetes.config.new_client_from_config(str(kubeconfig))
         core = kubernetes.client.CoreV1Api(client)
         core.create_node(_node("npu-1"))
+        before(client)
         log = (tmp_path / "scheduler.log").open("w")
         process = subprocess.Popen(
             [program, *args, f"--kubeconfig={kubeconfig}"],
@@ -317,3 +330,61 @@ def test_the_pod_ports_serve_no_extender_verb(scheduler_pod):
     assert answer.status_code == 404
     assert answer.json() == {"Error": "/bind is not served here"}
     assert core.read_namespaced_pod("probe", "default").spec.node_name is None
+
+
+def test_quotas_and_teams_work_as_rendered(render, tmp_path):
+    """With inline teams the scheduler loads the rendered tenants ConfigMap through the API,
+    binds under its quota lock and holds back a pod its namespace's ResourceQuota has no room for."""
+    team = {
+        "name": "vision",
+        "namespaces": ["vision"],
+        "nominal": {"Ascend310P-memory": 12288},
+        "borrowingLimit": {"Ascend310P-memory": 0},
+    }
+    manifests = render({"scheduler": {"tenants": {"teams": [team]}}})
+    config_map = manifests.get("ConfigMap", "vnpu-scheduler-tenants")
+
+    def before(client: kubernetes.client.ApiClient) -> None:
+        core = kubernetes.client.CoreV1Api(client)
+        core.create_namespaced_config_map(config_map["metadata"]["namespace"], config_map)
+        hard = {"limits.huawei.com/Ascend310P-memory": "6144"}
+        core.create_namespaced_resource_quota(
+            "default", {"metadata": {"name": "npu"}, "spec": {"hard": hard}}
+        )
+
+    with _running(manifests, tmp_path, before) as (pod, core):
+        ready = httpx.get(f"http://127.0.0.1:{pod.metrics_port}/readyz", timeout=10).json()
+        assert ready["quotas"]["tenants_config"] == "kube-system/vnpu-scheduler-tenants"
+        assert ready["quotas"]["tenants_loaded"] is True
+        metrics = httpx.get(f"http://127.0.0.1:{pod.metrics_port}/metrics", timeout=10).text
+        assert (
+            'vnpu_scheduler_team_nominal{team="vision",unit="Ascend310P-memory"} 12288' in metrics
+        )
+        extender = pod.extender
+        with httpx.Client(timeout=10) as http:
+            first = core.create_namespaced_pod("default", _pod("first", 4000))  # holds 6144
+            body = kubernetes.client.ApiClient().sanitize_for_serialization(first)
+            filtered = http.post(
+                f"{pod.url_prefix}/{extender['filterVerb']}",
+                json={"Pod": body, "NodeNames": ["npu-1"]},
+            )
+            assert filtered.json()["NodeNames"] == ["npu-1"], filtered.json()
+            bound = http.post(
+                f"{pod.url_prefix}/{extender['bindVerb']}",
+                json={
+                    "PodName": "first",
+                    "PodNamespace": "default",
+                    "PodUID": first.metadata.uid,
+                    "Node": "npu-1",
+                },
+            )
+            assert bound.json() == {"Error": ""}  # under the Lease vnpu-quota.default
+            second = core.create_namespaced_pod("default", _pod("second", 4000))
+            body = kubernetes.client.ApiClient().sanitize_for_serialization(second)
+            refused = http.post(
+                f"{pod.url_prefix}/{extender['filterVerb']}",
+                json={"Pod": body, "NodeNames": ["npu-1"]},
+            )
+        assert not refused.json().get("NodeNames"), refused.json()
+        assert "quota default/npu limits.huawei.com/Ascend310P-memory" in refused.text
+        assert core.read_namespaced_pod("first", "default").spec.node_name == "npu-1"

@@ -2,8 +2,8 @@
 
 The scenarios (conftest.SCENARIOS) cover the defaults, Volcano mode, each component turned
 off, the three webhook certificate sources, mutual TLS for the extender, two scheduler
-replicas, the monitoring objects, the simulated backend, soft mode and an external device
-ConfigMap.
+replicas, the monitoring objects, the simulated backend, soft mode, an external device
+ConfigMap, inline teams (the tenants ConfigMap) and quotas turned off.
 """
 
 from __future__ import annotations
