@@ -13,6 +13,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from vnpu_core import holdings, quotas
 from vnpu_device_plugin import metrics as plugin_metrics
 from vnpu_exporter import dashboards, grafana, metrics
 from vnpu_scheduler import metrics as scheduler_metrics
@@ -76,6 +77,7 @@ def test_the_dashboards_cover_what_operators_asked_for() -> None:
         "vnpu-node-detail",
         "vnpu-workloads",
         "vnpu-control-plane",
+        "vnpu-tenants",
     }
     assert {
         "Memory",
@@ -91,6 +93,19 @@ def test_the_dashboards_cover_what_operators_asked_for() -> None:
         "Filter refusals by reason",
         "vNPUs created, destroyed, reclaimed",
     } <= titles["vnpu-control-plane"]
+    assert {
+        "AI cores: used, nominal, limit",
+        "Memory: used, nominal, limit",
+        "Borrowed (held above nominal)",
+        "Pending demand",
+        "Share over time (dominant unit)",
+        "AI-core-hours per team",
+        "MiB-hours per team",
+        "NPU-hours per namespace",
+        "ResourceQuota use versus limit",
+        "Quota refusals by rule",
+        "Tenants config",
+    } <= titles["vnpu-tenants"]
 
 
 @pytest.mark.parametrize("dashboard", dashboards.build(), ids=lambda d: d.uid)
@@ -102,7 +117,7 @@ def test_every_query_reads_defined_metrics(dashboard: grafana.Dashboard) -> None
         unknown = names - set(known)
         assert not unknown, (panel.title, query.expr, unknown)
     for variable in dashboard.variables:
-        assert variable.definition in metrics.EXPORTER
+        assert variable.definition in (*metrics.EXPORTER, *metrics.SCHEDULER)
     rendered = grafana.render(dashboard)
     ids = [p["id"] for p in rendered["panels"]]
     assert len(ids) == len(set(ids))
@@ -167,9 +182,11 @@ def substitute(expr: str) -> str:
     """A dashboard query as Grafana sends it with every variable at "All"."""
     return (
         expr.replace("$__rate_interval", "1m")
+        .replace("$__range", "1h")
         .replace("$node", ".*")
         .replace("$model", ".*")
         .replace("$namespace", ".*")
+        .replace("$team", ".*")
     )
 
 
@@ -207,7 +224,22 @@ def _families(objects: Any) -> dict[str, tuple[str, tuple[str, ...]]]:
 def _scheduler() -> dict[str, tuple[str, tuple[str, ...]]]:
     found = _families(scheduler_metrics.Metrics(CollectorRegistry()))
     snapshot = scheduler_metrics.Snapshot(chips=[], nodes={"available": 1}, synced=True)
-    for family in scheduler_metrics.AllocationCollector(lambda: snapshot).collect():
+    key = holdings.Key(holdings.ALL_MODELS, holdings.Unit.AICORE)
+    standings = scheduler_metrics.QuotaSnapshot(
+        limits=(quotas.QuotaStanding("ml/npu", "ml", "limits.vnpu.io/aicore", key, 6, 8),),
+        teams=(quotas.TeamStanding("vision", key, 10, 8, 12, 2),),
+        team_pending={("vision", key.name): 4},
+        namespaces={("ml", key.name): 6},
+        namespace_pending={("ml", key.name): 4},
+        aicore_seconds={"ml": 60.0},
+        memory_mib_seconds={"ml": 6144.0},
+        team_of={"ml": "vision"},
+    )
+    collected = [
+        *scheduler_metrics.AllocationCollector(lambda: snapshot).collect(),
+        *scheduler_metrics.QuotaCollector(lambda: standings).collect(),
+    ]
+    for family in collected:
         labels = {name for sample in family.samples for name in sample.labels}
         found[family.name] = (family.type, tuple(sorted(labels)))
     return found

@@ -5,7 +5,8 @@ One platform per module: the API emulator and a simulated kubelet in this proces
 a simulated 310P node; Prometheus (Debian's package) on loopback scraping all three every
 second with vnpu's alert rules loaded. The test plays kube-scheduler (``/filter`` then
 ``/bind``), the kubelet admits the pods through the device plugin, which creates the vNPUs
-and records them in its ledger. Then every dashboard query must parse and return data, the
+and records them in its ledger; the scheduler reads a team of ``ml`` and two ResourceQuotas,
+one of which holds a pod back. Then every dashboard query must parse and return data, the
 rules must evaluate, and ``promtool check metrics`` must accept the exporter's live answer.
 """
 
@@ -90,14 +91,16 @@ class Platform:
         return result
 
 
-def _pod(name: str, memory: int | None = None, chips: int = 1) -> dict[str, Any]:
+def _pod(
+    name: str, memory: int | None = None, chips: int = 1, namespace: str = "ml"
+) -> dict[str, Any]:
     limits = {f"huawei.com/{WORD}": str(chips)}
     if memory is not None:
         limits[f"huawei.com/{WORD}-memory"] = str(memory)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "schedulerName": "vnpu-scheduler",  # what the webhook sets; /bind refuses other pods
             "containers": [{"name": "main", "image": "app", "resources": {"limits": limits}}],
@@ -121,6 +124,49 @@ def _schedule(platform: Platform, name: str) -> None:
     body = {"PodName": name, "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"], "Node": NODE}
     error = httpx.post(f"{scheduler}/bind", json=body, timeout=10).json()["Error"]
     assert error == "", error
+
+
+def _hold_back(platform: Platform, name: str, namespace: str) -> None:
+    """Filter a pod its namespace's ResourceQuota refuses: it stays pending, as demand."""
+    pod = platform.core.api_client.sanitize_for_serialization(
+        platform.core.read_namespaced_pod(name, namespace)
+    )
+
+    def refused() -> bool:
+        body = {"Pod": pod, "NodeNames": [NODE, "n2"], "Nodes": None}
+        answer = httpx.post(f"{platform.url('scheduler')}/filter", json=body, timeout=10).json()
+        return not answer.get("NodeNames") and "limits.vnpu.io/aicore" in json.dumps(answer)
+
+    _wait(f"{name} to be held back by its quota", refused)
+
+
+TENANTS = """\
+teams:
+  - name: research
+    namespaces: [ml]
+    nominal: {aicore: 64, memory: 131072}
+    borrowingLimit: {aicore: 8, memory: 0}
+"""
+
+
+def _tenancy(core: kubernetes.client.CoreV1Api) -> None:
+    """A team for ``ml``, a ResourceQuota it is well within, and a namespace capped below a pod."""
+    client = kubernetes.client
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="capped")))
+    core.create_namespaced_config_map(
+        "ml",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="vnpu-tenants"), data={"tenants.yaml": TENANTS}
+        ),
+    )
+    for namespace, cores in (("ml", "48"), ("capped", "1")):
+        core.create_namespaced_resource_quota(
+            namespace,
+            client.V1ResourceQuota(
+                metadata=client.V1ObjectMeta(name="npu"),
+                spec=client.V1ResourceQuotaSpec(hard={"limits.vnpu.io/aicore": cores}),
+            ),
+        )
 
 
 def _prometheus_config(platform: Platform) -> Path:
@@ -160,6 +206,7 @@ def platform() -> Iterator[Platform]:
             core = kubernetes.client.CoreV1Api(api)
             core.create_namespace({"metadata": {"name": "ml"}})
             core.create_node({"metadata": {"name": "n2"}})  # no NPUs: the filter refuses it
+            _tenancy(core)
             sim = root / "sim"
             sim.mkdir()
             (sim / "chips.yaml").write_text("chip: 310P3\nchips: 4\nseed: n1\n")
@@ -223,6 +270,8 @@ def platform() -> Iterator[Platform]:
                         "127.0.0.1",
                         "--port",
                         str(ports["scheduler"]),
+                        "--tenants-config",
+                        "ml/vnpu-tenants",
                     ],
                 )
                 intervals = json.dumps(
@@ -293,6 +342,8 @@ def platform() -> Iterator[Platform]:
                     ):
                         core.create_namespaced_pod("ml", _pod(name, memory))
                         _schedule(platform, name)
+                    core.create_namespaced_pod("capped", _pod("capped", 6144, namespace="capped"))
+                    _hold_back(platform, "capped", "capped")
                     core.create_namespaced_pod("ml", _pod("too-big", chips=8))
                     pod = core.read_namespaced_pod("too-big", "ml")
                     body = {
@@ -373,9 +424,11 @@ def test_every_dashboard_query_returns_data(
     for panel, query in dashboard.queries():
         expr = (
             query.expr.replace("$__rate_interval", "15s")
+            .replace("$__range", "1m")
             .replace("$node", ".*")
             .replace("$model", ".*")
             .replace("$namespace", ".*")
+            .replace("$team", ".*")
         )
         if not platform.query(expr):
             empty.append(f"{panel.title}: {expr}")

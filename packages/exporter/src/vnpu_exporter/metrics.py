@@ -245,11 +245,27 @@ SCHED_CONFIG_OK = _g("vnpu_scheduler_device_config_ok", "1 when the last device-
 SCHED_GRANT_REPORTS = _g("vnpu_scheduler_grant_reports", "Nodes by their device plugin's grant report: read, absent, unreadable.", ("state",))
 SCHED_GRANT_MISMATCHES = _g("vnpu_scheduler_grant_mismatches", "Pods whose decision annotations disagree with what their node granted, by reason.", ("reason",))
 SCHED_DOUBLE_ASSIGNMENTS = _g("vnpu_scheduler_double_assignments", "Chips whose holders cannot all be on them at once: a chip given twice.")
+SCHED_QUOTA_REFUSALS = _c("vnpu_scheduler_quota_refusals", "Pods held back by an NPU quota, by verb (filter, bind, admission) and rule.", ("verb", "rule"))
+SCHED_QUOTA_LIMIT = _g("vnpu_scheduler_quota_limit", "An NPU limit of a ResourceQuota (MiB, AI cores, chips, vNPUs or devices).", ("namespace", "quota", "resource"))
+SCHED_QUOTA_USED = _g("vnpu_scheduler_quota_used", "What the namespace's bound pods hold of a ResourceQuota's NPU limit.", ("namespace", "quota", "resource"))
+SCHED_TEAM_USED = _g("vnpu_scheduler_team_used", "What a team's pods hold, by unit.", ("team", "unit"))
+SCHED_TEAM_NOMINAL = _g("vnpu_scheduler_team_nominal", "A team's nominal (guaranteed) share, by unit.", ("team", "unit"))
+SCHED_TEAM_LIMIT = _g("vnpu_scheduler_team_limit", "A team's nominal + borrowingLimit, by unit; absent when it may borrow without limit.", ("team", "unit"))
+SCHED_TEAM_BORROWED = _g("vnpu_scheduler_team_borrowed", "What a team holds above its nominal share, by unit.", ("team", "unit"))
+SCHED_TEAM_PENDING = _g("vnpu_scheduler_team_pending", "What a team's pods waiting to be bound ask for, by unit.", ("team", "unit"))
+SCHED_NAMESPACE_USED = _g("vnpu_scheduler_namespace_used", "What a namespace's bound pods hold, by unit.", ("namespace", "unit"))
+SCHED_NAMESPACE_PENDING = _g("vnpu_scheduler_namespace_pending", "What a namespace's pods waiting to be bound ask for, by unit.", ("namespace", "unit"))
+SCHED_AICORE_SECONDS = _c("vnpu_scheduler_namespace_aicore_seconds", "AI-core-seconds held by a namespace's pods; team is empty for a namespace in no team.", ("namespace", "team"))
+SCHED_MEMORY_MIB_SECONDS = _c("vnpu_scheduler_namespace_memory_mib_seconds", "Device-memory MiB-seconds held by a namespace's pods; team is empty for a namespace in no team.", ("namespace", "team"))
+SCHED_TENANTS_OK = _g("vnpu_scheduler_tenants_config_ok", "1 when the tenants config was read (or none is set), 0 while the last good one is kept.")
 
 SCHEDULER: tuple[Definition, ...] = (
     SCHED_REQUESTS, SCHED_DURATION, SCHED_FILTER_OUTCOMES, SCHED_BINDS, SCHED_BIND_CONFLICTS,
     SCHED_LOCK_WAIT, SCHED_NODES, SCHED_SYNCED, SCHED_CONFIG_OK, SCHED_GRANT_REPORTS,
     SCHED_GRANT_MISMATCHES, SCHED_DOUBLE_ASSIGNMENTS,
+    SCHED_QUOTA_REFUSALS, SCHED_QUOTA_LIMIT, SCHED_QUOTA_USED, SCHED_TEAM_USED, SCHED_TEAM_NOMINAL,
+    SCHED_TEAM_LIMIT, SCHED_TEAM_BORROWED, SCHED_TEAM_PENDING, SCHED_NAMESPACE_USED,
+    SCHED_NAMESPACE_PENDING, SCHED_AICORE_SECONDS, SCHED_MEMORY_MIB_SECONDS, SCHED_TENANTS_OK,
 )
 """Scheduler metrics the dashboards and alerts use (checked against vnpu_scheduler.metrics)."""
 

@@ -11,13 +11,14 @@ the device plugin. The Helm chart packages the generated files.
 from __future__ import annotations
 
 from vnpu_exporter import grafana as g
-from vnpu_exporter.dashboards import controlplane, node, overview, workloads
+from vnpu_exporter.dashboards import controlplane, node, overview, tenants, workloads
 
 DASHBOARDS = (
     overview.cluster_overview,
     node.node_detail,
     workloads.workloads,
     controlplane.control_plane,
+    tenants.tenants,
 )
 
 
