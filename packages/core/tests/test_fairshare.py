@@ -112,7 +112,19 @@ def test_usage_adds_up_each_teams_pods() -> None:
         (64, 32, 17, 16, Verdict.OVER_LIMIT, "its borrowing limit is 16 aicore"),
         (64, 0, 1, 0, Verdict.OVER_LIMIT, "its borrowing limit is 0 aicore"),
         (64, 60, 8, None, Verdict.NO_IDLE, "the cohort has only 4 aicore idle"),
-        (32, 96, 16, None, Verdict.RECLAIM, "other teams hold the room (0 aicore idle, 16 asked)"),
+        (
+            32,
+            96,
+            16,
+            None,
+            Verdict.RECLAIM,
+            "borrowers hold the room (0 aicore idle, 16 asked, 16 of it owed)",
+        ),
+        # Below the nominal, the pod goes 4 above it: it reclaims the 12 it is owed and needs
+        # the other 4 idle (here 4 are); with none idle it has to wait.
+        (52, 72, 16, None, Verdict.RECLAIM, "16 asked, 12 of it owed"),
+        (52, 76, 16, None, Verdict.NO_IDLE, "the cohort has only 0 aicore idle"),
+        (64, 64, 8, None, Verdict.NO_IDLE, "team a would borrow 8 aicore above its nominal 64"),
         (48, 64, 16, None, Verdict.NOMINAL, "aicore 48+16 of 64"),
     ],
 )
@@ -174,7 +186,7 @@ def test_a_team_within_its_nominal_goes_before_a_borrowing_team_with_a_smaller_s
     )
     assert names(ranked) == ["a1", "b1"]
     assert [r.tier for r in ranked] == [Tier.NOMINAL, Tier.BORROWING]
-    assert ranked[0].reason.startswith("team a within its nominal (aicore 64+8 of 96)")
+    assert ranked[0].reason.startswith("team a below its nominal (aicore 64+8 of 96)")
     assert "aicore 40/128" in ranked[1].reason
 
 
@@ -313,11 +325,22 @@ def test_reclaim_never_takes_the_lenders_own_pods() -> None:
     assert [v.pod.name for v in answer.victims] == ["b2"]
 
 
-def test_reclaim_refuses_a_pod_that_would_borrow() -> None:
-    running = [pod("a-held", "a", 60), *running_b(("b1", 68, 0, 1))]
-    answer = fairshare.reclaim(pod("a-new", "a", 8), TWO, running)
+@pytest.mark.parametrize(
+    ("held", "ask", "why"),
+    [
+        (
+            60,
+            8,
+            "team a is owed 4 aicore of its nominal for a-new (aicore 60+8 of 64); the pool lacks 8 aicore",
+        ),
+        (64, 8, "team a is owed nothing of its nominal"),
+    ],
+)
+def test_reclaim_takes_back_no_more_than_the_lender_is_owed(held: int, ask: int, why: str) -> None:
+    running = [pod("a-held", "a", held), *running_b(("b1", 8, 0, 1), ("b-base", 120 - held, 0, 0))]
+    answer = fairshare.reclaim(pod("a-new", "a", ask), TWO, running)
     assert not answer.satisfied
-    assert "would be above its nominal" in answer.reason
+    assert why in answer.reason
     assert answer.victims == ()
 
 
@@ -394,11 +417,48 @@ def test_reclaim_fails_when_no_node_can_be_freed() -> None:
     assert answer.victims == ()
 
 
-def test_a_pod_within_the_nominal_goes_ahead_of_its_own_teams_borrowing_head() -> None:
-    ranked = fairshare.order(
-        [pod("big", "a", 64, created=1), pod("small", "a", 8, created=2), pod("b1", "b", 8)],
-        TWO,
-        {"a": {"aicore": 32}, "b": {"aicore": 100}},  # a: 104 with big, b: 108 with b1,
+def test_a_pod_of_a_unit_the_team_is_owed_goes_ahead_of_its_own_teams_borrowing_head() -> None:
+    teams = (
+        Team("a", 1, {"310P-aicore": 32, "910B-aicore": 80}),
+        Team("b", 1, {"310P-aicore": 32, "910B-aicore": 80}),
     )
-    assert names(ranked) == ["small", "big", "b1"]
+    both = fairshare.Cohort({"310P-aicore": 64, "910B-aicore": 160}, teams)
+    ranked = fairshare.order(
+        [
+            Pod("big", "a", {"910B-aicore": 40}, created=1),
+            Pod("small", "a", {"310P-aicore": 8}, created=2),
+            Pod("b1", "b", {"910B-aicore": 8}),
+        ],
+        both,
+        {"a": {"910B-aicore": 80}, "b": {"910B-aicore": 80, "310P-aicore": 32}},
+    )
+    assert names(ranked) == ["small", "b1", "big"]
     assert [r.tier for r in ranked] == [Tier.NOMINAL, Tier.BORROWING, Tier.BORROWING]
+
+
+def test_a_team_below_its_nominal_is_a_lender_even_for_a_pod_that_overshoots() -> None:
+    ranked = fairshare.order(
+        [pod("a1", "a", 32), pod("b1", "b", 4)], TWO, {"a": {"aicore": 60}, "b": {"aicore": 64}}
+    )
+    assert names(ranked) == ["a1", "b1"]
+    assert ranked[0].tier is Tier.NOMINAL
+
+
+@pytest.mark.parametrize(
+    ("reserved", "verdict"),
+    [({}, Verdict.BORROW), ({"aicore": 20}, Verdict.BORROW), ({"aicore": 21}, Verdict.NO_IDLE)],
+)
+def test_a_borrowing_pod_leaves_what_lenders_wait_for(
+    reserved: dict[str, int], verdict: Verdict
+) -> None:
+    used = {"a": {"aicore": 64}, "b": {"aicore": 36}}  # 28 idle, all of it b's nominal
+    answer = fairshare.check(pod("p", "a", 8), TWO, used, reserved)
+    assert answer.verdict is verdict
+    if verdict is Verdict.NO_IDLE:
+        assert "only 28 aicore (21 held for lenders' pods) idle" in answer.message
+
+
+def test_reserved_capacity_does_not_hold_back_a_pod_within_its_nominal() -> None:
+    used = {"a": {"aicore": 32}, "b": {"aicore": 36}}
+    answer = fairshare.check(pod("p", "a", 8), TWO, used, {"aicore": 60})
+    assert answer.verdict is Verdict.NOMINAL

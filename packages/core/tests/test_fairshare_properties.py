@@ -87,11 +87,11 @@ def check_victims(cohort: fairshare.Cohort, running: list[Pod], answer: fairshar
                 # Never a borrower below its nominal on what is taken back; so it was borrowing.
                 assert after.get(team.name, {}).get(unit, 0) >= team.nominal.get(unit, 0)
                 assert before[team.name][unit] > team.nominal.get(unit, 0)
-    # Enough is freed: the pod now starts within its nominal.
-    assert fairshare.check(pending, cohort, after).verdict is Verdict.NOMINAL
+    # Enough is freed: the pod now starts (what it takes above its nominal was idle).
+    assert fairshare.check(pending, cohort, after).verdict.admitted
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(states())
 def test_reclaim_takes_only_borrowed_capacity_of_other_teams(
     state: tuple[fairshare.Cohort, list[Pod], Pod],
@@ -106,14 +106,18 @@ def test_reclaim_takes_only_borrowed_capacity_of_other_teams(
             freed = fairshare.total(p.demand for p in rest)
             assert any(freed.get(u, 0) < n for u, n in answer.needed.items())
     verdict = fairshare.check(pending, cohort, fairshare.usage(running)).verdict
-    if verdict is not Verdict.RECLAIM and verdict is not Verdict.NOMINAL:
-        assert not answer.satisfied  # only a pod within its nominal reclaims
-    if verdict is Verdict.NOMINAL:
+    if verdict in (Verdict.NO_IDLE, Verdict.OVER_LIMIT):
+        assert not answer.satisfied  # only a lender reclaims, and only what it is owed
+    if verdict.admitted:
         assert answer.satisfied
         assert answer.victims == ()
+    if verdict is Verdict.RECLAIM:
+        team = cohort.team(pending.team)
+        held = fairshare.usage(running).get(team.name, {})
+        assert all(held.get(u, 0) < team.nominal.get(u, 0) for u, a in pending.demand.items() if a)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(states())
 def test_reclaim_on_a_node_keeps_the_same_rules_and_makes_the_room(
     state: tuple[fairshare.Cohort, list[Pod], Pod],
@@ -126,7 +130,7 @@ def test_reclaim_on_a_node_keeps_the_same_rules_and_makes_the_room(
         assert fits([v.pod for v in answer.victims])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(states(), st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 1)), max_size=12))
 def test_a_team_below_its_nominal_always_precedes_a_team_above_it(
     state: tuple[fairshare.Cohort, list[Pod], Pod], extra: list[tuple[int, int]]
@@ -157,7 +161,7 @@ def test_a_team_below_its_nominal_always_precedes_a_team_above_it(
             assert mine == sorted(mine, key=lambda p: (-p.priority, p.created, p.name))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(cohorts(), st.data())
 def test_admission_never_over_commits_the_pool_nor_a_borrowing_limit(
     cohort: fairshare.Cohort, data: st.DataObject

@@ -6,18 +6,18 @@ such as ``Ascend310P-aicore`` to a whole number; the module only adds and compar
 units work). Each ``Team`` has a weight, a nominal (guaranteed) vector and a per-unit limit
 on what it may borrow above that nominal.
 
-- ``order`` ranks pending pods: pods that keep their team within its nominal come first;
+- ``order`` ranks pending pods: pods of teams below their nominal (lenders) come first;
   then the lowest weighted dominant share counting the pod (dominant resource fairness:
   the team's largest used/capacity over the units, divided by its weight); ties go to the
   higher priority, then the older pod, then the name.
 - ``check`` says whether one pod may start now: within its team's nominal, by borrowing
   (only what the other teams leave idle, up to the limit), or why not.
-- ``reclaim`` picks the borrowers' pods to evict so that a team within its nominal gets
-  its capacity back, with the numbers and a reason sentence per victim.
+- ``reclaim`` picks the borrowers' pods to evict so that a team below its nominal gets
+  the capacity it is owed back, with the numbers and a reason sentence per victim.
 
 Every answer carries the numbers behind it. Pure: the caller turns pods and team
-configuration into vectors, places pods on nodes and evicts; the scheduler and
-``benchmarks/bench_fairshare.py`` call it. The policy is described in docs/fair-sharing.md.
+configuration into vectors, places pods on nodes and evicts. Written for the scheduler's
+queue; ``benchmarks/bench_fairshare.py`` drives it in a simulated cluster. The policy is described in docs/fair-sharing.md.
 
 A team or cohort that cannot be used raises ``FairShareError`` (an ``errors.VnpuError``)
 naming the team, the field and the value.
@@ -78,9 +78,15 @@ def _asked(demand: Vector) -> list[str]:
     return sorted(unit for unit, amount in demand.items() if amount > 0)
 
 
-def _within(nominal: Vector, used: Vector, demand: Vector) -> bool:
-    """Whether ``used`` plus ``demand`` stays within ``nominal`` on every unit asked."""
-    return all(used.get(u, 0) + demand[u] <= nominal.get(u, 0) for u in _asked(demand))
+def _below(nominal: Vector, used: Vector, demand: Vector) -> bool:
+    """Whether ``used`` is below ``nominal`` on every unit ``demand`` asks: the team is a lender
+    for this pod (what it holds of those units is guaranteed, and some is still owed)."""
+    return all(used.get(u, 0) < nominal.get(u, 0) for u in _asked(demand))
+
+
+def _owed(nominal: Vector, used: Vector, demand: Vector) -> dict[str, int]:
+    """The part of ``demand`` that lies within the team's nominal, per unit asked."""
+    return {u: min(demand[u], max(0, nominal.get(u, 0) - used.get(u, 0))) for u in _asked(demand)}
 
 
 def _amounts(vector: Vector) -> str:
@@ -200,23 +206,24 @@ def dominant_share(used: Vector, capacity: Vector, weight: float = 1.0) -> Share
     A unit held but absent from the capacity counts as infinitely used. Ties between units
     go to the first in name order.
     """
-    best = Share(0.0, 0.0, "", 0, 0, weight)
-    for unit in sorted(used):
-        held = used[unit]
+    top, top_unit = 0.0, ""
+    for unit, held in used.items():
         if held <= 0:
             continue
         cap = capacity.get(unit, 0)
         ratio = held / cap if cap > 0 else math.inf
-        if ratio > best.ratio:
-            best = Share(ratio / weight, ratio, unit, held, cap, weight)
-    return best
+        if ratio > top or (ratio == top and unit < top_unit):
+            top, top_unit = ratio, unit
+    if not top_unit:
+        return Share(0.0, 0.0, "", 0, 0, weight)
+    return Share(top / weight, top, top_unit, used[top_unit], capacity.get(top_unit, 0), weight)
 
 
 class Tier(StrEnum):
-    """Which group a pending pod is served in: within its team's nominal first."""
+    """Which group a pending pod is served in: teams below their nominal first."""
 
-    NOMINAL = "nominal"  # the team stays within its nominal with this pod
-    BORROWING = "borrowing"  # the pod takes its team above its nominal on some unit
+    NOMINAL = "nominal"  # its team is below its nominal on every unit the pod asks
+    BORROWING = "borrowing"  # its team is at or above its nominal on some unit the pod asks
 
 
 _TIER_RANK = {Tier.NOMINAL: 0, Tier.BORROWING: 1}
@@ -227,13 +234,23 @@ class Ranked:
     """One pending pod's place in the queue and the numbers that put it there.
 
     ``share`` is its team's weighted dominant share with this pod and the team's pods ranked
-    before it started.
+    before it started; ``team`` and ``held`` (what the team holds before the pod) give the
+    standing against the nominal; ``reason`` says it in a sentence.
     """
 
     pod: Pod
     tier: Tier
     share: Share
-    reason: str
+    team: Team
+    held: Vector
+
+    @property
+    def reason(self) -> str:
+        where = "below its nominal" if self.tier is Tier.NOMINAL else "at or above its nominal"
+        return (
+            f"team {self.team.name} {where} ({_standing(self.team, self.held, self.pod.demand)}); "
+            f"weighted dominant share with the pod {self.share.describe()}"
+        )
 
 
 def _queue_key(pod: Pod) -> tuple[int, float, str]:
@@ -266,7 +283,7 @@ class _Queue:
     def head(self) -> tuple[Pod, Tier]:
         while self.fresh:
             pod = self.fresh[-1]
-            if _within(self.team.nominal, self.held, pod.demand):
+            if _below(self.team.nominal, self.held, pod.demand):
                 return pod, Tier.NOMINAL
             self.borrowing.append(self.fresh.pop())
         return self.borrowing[0], Tier.BORROWING
@@ -283,10 +300,10 @@ def order(pending: Iterable[Pod], cohort: Cohort, used: Mapping[str, Vector]) ->
     """Rank ``pending`` as if each pod started in turn, on top of what ``used`` holds per team.
 
     Each team puts forward its first pod in queue order (priority, then age, then name)
-    that keeps it within its nominal, or when none does, its first pod. The teams' pods
+    for which it is below its nominal (a lender), or when none is, its first pod. The teams' pods
     compete by (tier, weighted dominant share counting the pod, priority, age, name); the
     winner's demand is added to its team before the next pick (progressive filling). So
-    every pod within its team's nominal is ranked before every pod that borrows.
+    every pod of a team below its nominal is ranked before every pod of a team at or above it.
     """
     pods: dict[str, list[Pod]] = {}
     for pod in pending:
@@ -305,12 +322,7 @@ def order(pending: Iterable[Pod], cohort: Cohort, used: Mapping[str, Vector]) ->
                 best = (key, queue, pod, tier, share)
         assert best is not None  # queues is not empty
         _, queue, pod, tier, share = best
-        where = "within its nominal" if tier is Tier.NOMINAL else "above its nominal"
-        reason = (
-            f"team {queue.team.name} {where} ({_standing(queue.team, queue.held, pod.demand)}); "
-            f"weighted dominant share with the pod {share.describe()}"
-        )
-        ranked.append(Ranked(pod, tier, share, reason))
+        ranked.append(Ranked(pod, tier, share, queue.team, queue.held))
         queue.take(pod, tier)
         if not queue:
             queues.remove(queue)
@@ -321,8 +333,8 @@ class Verdict(StrEnum):
     """Whether a pod may start now, as far as the teams' shares go."""
 
     NOMINAL = "nominal"  # within its team's nominal, and the cohort has the room
-    BORROW = "borrow"  # above the nominal, within the limit, from idle capacity
-    RECLAIM = "reclaim"  # within the nominal, but borrowers hold the room: see ``reclaim``
+    BORROW = "borrow"  # (partly) above the nominal, within the limit, from idle capacity
+    RECLAIM = "reclaim"  # its team is below its nominal and borrowers hold what it is owed
     OVER_LIMIT = "over-limit"  # it would take the team past its borrowing limit
     NO_IDLE = "no-idle"  # it would borrow, and the other teams leave too little idle
 
@@ -342,6 +354,7 @@ class UnitCheck:
     limit: int | None  # borrowing limit above the nominal; None: no limit
     cohort_used: int  # every team holds, before the pod
     pool: int
+    reserved: int = 0  # idle, but held for what waiting lender pods are owed
 
     @property
     def borrowed(self) -> int:
@@ -349,8 +362,18 @@ class UnitCheck:
         return max(0, self.used + self.demand - self.nominal)
 
     @property
+    def owed(self) -> int:
+        """The part of the demand within the team's nominal."""
+        return min(self.demand, max(0, self.nominal - self.used))
+
+    @property
     def idle(self) -> int:
         return self.pool - self.cohort_used
+
+    @property
+    def short(self) -> int:
+        """What the pool lacks for the pod (0 when it has the room)."""
+        return max(0, self.cohort_used + self.demand - self.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,20 +383,68 @@ class Admission:
     pod: Pod
     verdict: Verdict
     units: tuple[UnitCheck, ...]
-    message: str
 
     @property
     def borrowed(self) -> dict[str, int]:
         return {c.unit: c.borrowed for c in self.units if c.borrowed}
 
+    @property
+    def owed(self) -> dict[str, int]:
+        """The part of the demand within the team's nominal: what a waiting lender pod holds
+        back from borrowers (``check``'s ``reserved``)."""
+        return {c.unit: c.owed for c in self.units if c.owed}
 
-def check(pod: Pod, cohort: Cohort, used: Mapping[str, Vector]) -> Admission:
+    @property
+    def message(self) -> str:
+        who = f"team {self.pod.team}"
+        units = self.units
+        standing = "; ".join(f"{c.unit} {c.used}+{c.demand} of {c.nominal}" for c in units)
+        if self.verdict is Verdict.NOMINAL:
+            return f"{who} stays within its nominal ({standing})"
+        if self.verdict is Verdict.RECLAIM:
+            idle = ", ".join(
+                f"{max(0, c.idle)} {c.unit} idle, {c.demand} asked, {c.owed} of it owed"
+                for c in units
+                if c.short
+            )
+            return f"{who} is below its nominal ({standing}) but borrowers hold the room ({idle})"
+        borrowing = "; ".join(
+            f"{c.borrowed} {c.unit} above its nominal {c.nominal}" for c in units if c.borrowed
+        )
+        if self.verdict is Verdict.OVER_LIMIT:
+            limits = ", ".join(
+                f"{c.limit} {c.unit}" for c in units if c.limit is not None and c.borrowed > c.limit
+            )
+            return f"{who} would borrow {borrowing}; its borrowing limit is {limits}"
+        if self.verdict is Verdict.NO_IDLE:
+            idle = ", ".join(
+                f"{max(0, c.idle)} {c.unit}"
+                + (f" ({c.reserved} held for lenders' pods)" if c.reserved else "")
+                for c in units
+                if c.cohort_used + c.demand + c.reserved > c.pool
+            )
+            return f"{who} would borrow {borrowing}; the cohort has only {idle} idle"
+        idle = ", ".join(f"{c.idle} {c.unit}" for c in units if c.borrowed)
+        return f"{who} borrows {borrowing}, from {idle} idle"
+
+
+def check(
+    pod: Pod, cohort: Cohort, used: Mapping[str, Vector], reserved: Vector | None = None
+) -> Admission:
     """Whether ``pod`` may start on top of ``used`` (per team), and the numbers why.
 
-    Within the nominal on every unit it asks, the pod starts if the pool has the room and
-    otherwise may reclaim. Above it on some unit, it borrows if its team stays within the
-    borrowing limit and the pool has the room, i.e. the other teams leave that much idle.
+    Within the nominal on every unit it asks, the pod starts if the pool has the room.
+    Above it on some unit, it borrows if its team stays within the borrowing limit and the
+    pool has the room, i.e. the other teams leave that much idle. When the pool lacks room
+    and the team is below its nominal on every unit the pod asks (a lender), the pod may
+    reclaim, as long as the pool lacks no more than the part of the pod within the nominal:
+    what is borrowed above it still comes only from idle capacity.
+
+    ``reserved`` is idle capacity the caller holds for lenders' pods that could not start
+    yet (in a scheduling pass, the sum of their ``Admission.owed``): a borrowing pod must
+    leave it idle, so it does not take what a lender is waiting for.
     """
+    held_back = reserved or {}
     team = cohort.team(pod.team)
     mine = used.get(team.name, {})
     everyone = total(used.values())
@@ -386,38 +457,21 @@ def check(pod: Pod, cohort: Cohort, used: Mapping[str, Vector]) -> Admission:
             team.limit(u),
             everyone.get(u, 0),
             cohort.pool.get(u, 0),
+            held_back.get(u, 0),
         )
         for u in _asked(pod.demand)
     )
-    short = [c for c in units if c.cohort_used + c.demand > c.pool]
-    who = f"team {team.name}"
-    if all(c.used + c.demand <= c.nominal for c in units):
-        standing = "; ".join(f"{c.unit} {c.used}+{c.demand} of {c.nominal}" for c in units)
-        if not short:
-            return Admission(
-                pod, Verdict.NOMINAL, units, f"{who} stays within its nominal ({standing})"
-            )
-        idle = ", ".join(f"{max(0, c.idle)} {c.unit} idle, {c.demand} asked" for c in short)
-        return Admission(
-            pod,
-            Verdict.RECLAIM,
-            units,
-            f"{who} is within its nominal ({standing}) but other teams hold the room ({idle})",
-        )
-    borrowing = "; ".join(
-        f"{c.borrowed} {c.unit} above its nominal {c.nominal}" for c in units if c.borrowed
-    )
-    over = [c for c in units if c.limit is not None and c.borrowed > c.limit]
-    if over:
-        limits = ", ".join(f"{c.limit} {c.unit}" for c in over)
-        message = f"{who} would borrow {borrowing}; its borrowing limit is {limits}"
-        return Admission(pod, Verdict.OVER_LIMIT, units, message)
-    if short:
-        idle = ", ".join(f"{max(0, c.idle)} {c.unit}" for c in short)
-        message = f"{who} would borrow {borrowing}; the cohort has only {idle} idle"
-        return Admission(pod, Verdict.NO_IDLE, units, message)
-    idle = ", ".join(f"{c.idle} {c.unit}" for c in units if c.borrowed)
-    return Admission(pod, Verdict.BORROW, units, f"{who} borrows {borrowing}, from {idle} idle")
+    if any(c.limit is not None and c.borrowed > c.limit for c in units):
+        return Admission(pod, Verdict.OVER_LIMIT, units)
+    borrows = any(c.borrowed for c in units)
+    if not borrows and not any(c.short for c in units):
+        return Admission(pod, Verdict.NOMINAL, units)
+    if borrows and not any(c.cohort_used + c.demand + c.reserved > c.pool for c in units):
+        return Admission(pod, Verdict.BORROW, units)
+    lender = all(c.used < c.nominal for c in units)
+    if lender and any(c.short for c in units) and all(c.short <= c.owed for c in units):
+        return Admission(pod, Verdict.RECLAIM, units)
+    return Admission(pod, Verdict.NO_IDLE, units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,7 +560,11 @@ def _minimal(chosen: list[Pod], done: Callable[[Sequence[Pod]], bool]) -> list[P
 
 
 def reclaim(pod: Pod, cohort: Cohort, running: Sequence[Pod], fits: Fits | None = None) -> Reclaim:
-    """The borrowers' pods to evict so that ``pod``, within its team's nominal, can start.
+    """The borrowers' pods to evict so that ``pod``, of a team below its nominal, can start.
+
+    The team must be below its nominal on every unit the pod asks, and the pool may lack
+    no more than the part of the pod within that nominal (what the team is owed); what the
+    pod takes above the nominal has to be idle already.
 
     Candidates are the running pods of the other teams that hold a reclaimed unit (the
     units the pool lacks; when it lacks none, the units the pod asks), lowest priority
@@ -524,25 +582,43 @@ def reclaim(pod: Pod, cohort: Cohort, running: Sequence[Pod], fits: Fits | None 
     lender = cohort.team(pod.team)
     held = usage(running)
     mine = held.get(lender.name, {})
-    if not _within(lender.nominal, mine, pod.demand):
-        return Reclaim(
-            pod,
-            {},
-            {},
-            (),
-            False,
-            f"team {lender.name} would be above its nominal with {pod.name} "
-            f"({_standing(lender, mine, pod.demand)}): only nominal capacity is reclaimed",
-        )
     everyone = total(held.values())
     needed = {
         u: everyone.get(u, 0) + pod.demand[u] - cohort.pool.get(u, 0)
         for u in _asked(pod.demand)
         if everyone.get(u, 0) + pod.demand[u] > cohort.pool.get(u, 0)
     }
+    owed = _owed(lender.nominal, mine, pod.demand)
+    over = {
+        u: mine.get(u, 0) + pod.demand[u] - lender.nominal.get(u, 0)
+        for u in _asked(pod.demand)
+        if (limit := lender.limit(u)) is not None
+        and mine.get(u, 0) + pod.demand[u] - lender.nominal.get(u, 0) > limit
+    }
+    if over:
+        return Reclaim(
+            pod,
+            needed,
+            {},
+            (),
+            False,
+            f"team {lender.name} would borrow {_amounts(over)} above its nominal with {pod.name}, "
+            "past its borrowing limit",
+        )
     fits_now = fits is None or fits(())
     if not needed and fits_now:
         return Reclaim(pod, {}, {}, (), True, "nothing to reclaim: the pool and a node have room")
+    if not _below(lender.nominal, mine, pod.demand) or any(n > owed[u] for u, n in needed.items()):
+        return Reclaim(
+            pod,
+            needed,
+            {},
+            (),
+            False,
+            f"team {lender.name} is owed {_amounts({u: a for u, a in owed.items() if a})} of its "
+            f"nominal for {pod.name} ({_standing(lender, mine, pod.demand)}); the pool lacks "
+            f"{_amounts(needed)}: only what a team below its nominal is owed is reclaimed",
+        )
     units = sorted(needed) or _asked(pod.demand)
     candidates = sorted(
         (
