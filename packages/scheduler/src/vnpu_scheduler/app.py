@@ -2,7 +2,9 @@
 
 ``build`` wires the parts from ``settings.Settings``: the API adapter (``cluster``), the node
 cache and its informers, the device-config source, the extender, the binder with its node
-locks, the webhook and the metrics. ``server`` serves the app with uvicorn. Routes:
+locks, the webhook, the metrics and, with quotas and a tenants config, the reclaimer (run
+in the lifespan; it idles while there are no teams). ``server`` serves the app with
+uvicorn. Routes:
 
 * ``POST /filter``, ``/prioritize``, ``/bind``: kube-scheduler's extender verbs;
 * ``POST /mutate``, ``/validate``: admission.k8s.io/v1 webhooks for pods;
@@ -27,7 +29,7 @@ import functools
 import gc
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -46,10 +48,12 @@ from vnpu_scheduler import (
     errors,
     extender,
     informer,
+    leader,
     metrics,
     nodelock,
     quotagate,
     quotalock,
+    reclaimer,
     settings,
     tenancy,
     webhook,
@@ -113,7 +117,7 @@ class Service:
             self.stats,
             config.fit_memo,
             self.locks.busy,
-            *((self.quotas.filter_refusal,) if self.quotas else ()),
+            *((self.quotas.filter_refusal, self.quotas.filtered) if self.quotas else ()),
         )
         self.binder = binder.Binder(
             api,
@@ -135,8 +139,28 @@ class Service:
                 quotalock.QuotaLocks(api, self.run, config.lock_namespace, config.bind_timeout),
             ),
         )
+        self.reclaimer: reclaimer.Reclaimer | None = None
         if self.quotas is not None:
             self.quotas.event = self.binder.event
+            if config.reclaim and config.tenants_config:
+                lease = leader.LeaderLease(
+                    api,
+                    self.run,
+                    config.lock_namespace,
+                    reclaimer.LEASE_NAME,
+                    config.reclaim_lease_seconds,
+                )
+                self.reclaimer = reclaimer.Reclaimer(
+                    self.quotas,
+                    self.cache,
+                    api,
+                    self.run,
+                    self.stats,
+                    config.policy,
+                    lease,
+                    config.reclaim_interval,
+                    self.binder.event,
+                )
         self.webhook = webhook.Webhook(
             lambda: self.cache.catalog,
             config.scheduler_name,
@@ -155,9 +179,9 @@ class Service:
             informer.Informer(
                 "pods",
                 api,
-                self.cache.replace_pods,
-                self.cache.upsert_pod,
-                self.cache.remove_pod,
+                self._pods_listed,
+                self._pod_changed,
+                self._pod_removed,
                 self.stats,
                 config.watch_timeout,
             ),
@@ -177,6 +201,24 @@ class Service:
             )
             registry.register(metrics.QuotaCollector(self.quotas.snapshot))
         registry.register(metrics.AllocationCollector(self.allocations))
+
+    # The pod informer's callbacks: the cache, and the quota gate's pending pods.
+
+    def _pods_listed(self, items: Iterable[Json]) -> None:
+        listed = list(items)
+        self.cache.replace_pods(listed)
+        if self.quotas is not None:
+            self.quotas.pods_listed(listed)
+
+    def _pod_changed(self, pod: Json) -> None:
+        self.cache.upsert_pod(pod)
+        if self.quotas is not None:
+            self.quotas.pod_changed(pod)
+
+    def _pod_removed(self, pod: Json) -> None:
+        self.cache.remove_pod(pod)
+        if self.quotas is not None:
+            self.quotas.pod_removed(pod)
 
     def _new_catalog(self, models: catalog.Catalog) -> None:
         self.cache.set_catalog(models)
@@ -302,11 +344,18 @@ class Service:
             item.start()
         poller = asyncio.get_running_loop().create_task(self.poll_config())
         warmer = asyncio.get_running_loop().create_task(self._warm_when_synced())
-        log.info("scheduler_started", policy=self.settings.policy.value)
+        tasks = [poller, warmer]
+        if self.reclaimer is not None:
+            tasks.append(loop.create_task(self.reclaimer.run()))
+        log.info(
+            "scheduler_started",
+            policy=self.settings.policy.value,
+            reclaimer=self.reclaimer.lease.identity if self.reclaimer else "",
+        )
         try:
             yield
         finally:
-            for task in (poller, warmer):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -68,6 +68,25 @@ class NodeState:
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A bound (or assumed) pod that holds chips: where it runs and what it holds, for quotas.
+
+    ``pod`` is the object as the watch delivered it (never modify it).
+    """
+
+    key: str  # pod_key: the UID
+    namespace: str
+    name: str
+    node: str
+    held: holdings.Amount
+    pod: Json
+
+    @property
+    def terminating(self) -> bool:
+        return bool((self.pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
@@ -427,6 +446,38 @@ class ClusterCache:
             for namespace, extra in state.excess:
                 found[namespace] = found.get(namespace, holdings.ZERO).plus(extra)
         return found
+
+    def holders(self) -> list[Holder]:
+        """Every chip-holding pod the cache counts (bound and assumed), with what it holds."""
+        with self._lock:
+            found = []
+            for key, (namespace, held) in self._amounts.items():
+                pod = self._pods.get(key) or (self._assumed.get(key) or ({}, 0.0))[0]
+                if pod:
+                    name = str((pod.get("metadata") or {}).get("name") or "")
+                    found.append(Holder(key, namespace, name, _node_of(pod), held, pod))
+            return found
+
+    def usage_without(self, name: str, gone: frozenset[str]) -> ledger.Ledger | None:
+        """The node's chip usage as if the pods in ``gone`` (pod keys) had left it, from their
+        claims and its grant report alike; None when the node is unknown or unavailable."""
+        now = self._clock()
+        with self._lock:
+            state = self._state_locked(name, now)
+            if state is None or state.read.node is None:
+                return None
+            if not gone:
+                return state.usage
+            annotations = (self._nodes[name].get("metadata") or {}).get("annotations") or {}
+            _, grants = self._grants(name, state.read.node, annotations)
+            claims = {k: c for k, c in self._claims(name).items() if k not in gone}
+            kept = None if grants is None else {k: g for k, g in grants.items() if k not in gone}
+            live = {
+                key: bound[1]
+                for key in kept or ()
+                if (bound := self._live.get(key)) is not None and bound[0] == name
+            }
+            return ledger.reconcile(claims, kept, live, state.read.node).ledger
 
     def _claims(self, name: str) -> dict[str, ledger.Claim]:
         """What the node's pods claim by their annotations, each decoded once per revision."""

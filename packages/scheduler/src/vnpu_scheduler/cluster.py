@@ -104,6 +104,8 @@ class Cluster(Protocol):
 
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
 
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
+
 
 class _Stream:
     """One watch response read line by line; each line is one JSON event."""
@@ -388,6 +390,29 @@ class KubeCluster:
         what = f"record event {reason} on pod {namespace}/{meta.get('name')}"
         try:
             response: Any = self._core.create_namespaced_event(
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            )
+        except kubeapi.FAILURES as exc:
+            raise kubeapi.translate(exc, what) from exc
+        _drain(response)
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """POST a policy/v1 Eviction for the pod with this ``uid`` (a pod of the same name
+        created since is left alone: 409). kube-apiserver deletes it gracefully, or answers
+        429 while a PodDisruptionBudget forbids it (``kubeapi.Unavailable``, status 429)."""
+        what = f"evict pod {namespace}/{name}"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        try:
+            response: Any = self._core.create_namespaced_pod_eviction(
+                name,
                 namespace,
                 cast(Any, body),
                 _preload_content=False,

@@ -8,7 +8,9 @@ could: no such chip, unavailable node, unknown usage, a request no chip can take
 pod its NPU quotas hold back: ``quota``, the refusal ``app`` computes). The pod
 is parsed and rounded here, whether or not the webhook ran. Fit results are remembered on
 the node state per request shape, so prioritize after filter, and identical pods, cost a
-dictionary lookup until that node changes.
+dictionary lookup until that node changes. After each filter of an NPU pod, ``observe``
+hears the outcome (``tenancy.Outcome``: some node fits, only room is short, quota, or no
+node could ever take it) and the candidate nodes, for the reclaimer.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 
 from vnpu_core import allocator, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, metrics, wire
+from vnpu_scheduler import cache, metrics, tenancy, wire
 
 Json = dict[str, Any]
+Observer = Callable[[Json, tenancy.Outcome, tuple[str, ...]], None]  # pod, outcome, nodes
 FIT = "fit"
 UNAVAILABLE = "node-unavailable"
 USAGE_UNKNOWN = "usage-unknown"
@@ -139,9 +142,11 @@ class Extender:
         memo: bool = True,
         busy: Callable[[str], bool] = lambda _: False,
         quota: Callable[[Json, requests.PodRequest], str] = lambda _pod, _request: "",
+        observe: Observer = lambda *_: None,
     ) -> None:
         self._busy = busy
         self._quota = quota
+        self._observe = observe
         self._recent: collections.OrderedDict[tuple[str, str], Json] = collections.OrderedDict()
         self._keys: dict[tuple[Any, ...], MemoKey] = {}
         self._cache = nodes
@@ -221,6 +226,15 @@ class Extender:
                 failed[name] = verdict.message
         for reason, count in counts.items():
             self._stats.filter_outcomes.labels(reason).inc(count)
+        if passed:
+            outcome = tenancy.Outcome.FIT
+        elif failed:
+            outcome = tenancy.Outcome.CAPACITY
+        elif QUOTA in counts:
+            outcome = tenancy.Outcome.QUOTA
+        else:
+            outcome = tenancy.Outcome.UNRESOLVABLE
+        self._observe(args.Pod, outcome, tuple(names))
         return wire.filter_result(args, passed, failed, unresolvable)
 
     def prioritize(self, args: wire.ExtenderArgs) -> list[Json]:

@@ -2,11 +2,12 @@
 
 ``app`` counts requests and their durations; ``extender`` counts per-node filter outcomes by
 reason code; ``binder`` and ``nodelock`` count conflicts, retries, lock waits and
-take-overs; ``deviceconfig`` reports reloads. ``AllocationCollector`` reads one snapshot of
+take-overs; ``deviceconfig`` reports reloads; ``reclaimer`` counts its evictions. ``AllocationCollector`` reads one snapshot of
 the node cache per scrape and yields per-chip allocation gauges, and where pods' decision
 annotations and their nodes' grant reports disagree. Label values come from
 closed vocabularies (verbs, reason codes, outcomes) except ``node``/``chip``/``model`` on the
-per-chip gauges, which are bounded by the cluster's size.
+per-chip gauges, which are bounded by the cluster's size, and ``team``, bounded by the
+tenants config.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vnpu_core import inventory, ledger, quotas
 
 VERBS = ("filter", "prioritize", "bind", "mutate", "validate")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_RECLAIM_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 _WAIT_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0)
 
 
@@ -103,8 +105,34 @@ class Metrics:
         self.quota_refusals = Counter(
             "vnpu_scheduler_quota_refusals",
             "Pods held back by an NPU quota, by where (filter, bind, admission) and rule "
-            "(resource-quota, team-limit, no-idle-capacity, unreadable-quota).",
+            "(resource-quota, team-limit, no-idle-capacity, unreadable-quota; lender-pending: "
+            "a borrowing pod waits while a team below its nominal has pods pending).",
             ["verb", "rule"],
+            registry=registry,
+        )
+        self.reclaim_evictions = Counter(
+            "vnpu_scheduler_reclaim_evictions",
+            "Pods evicted to give borrowed NPU capacity back to a team below its nominal, by "
+            "the team of the evicted pod (the borrower).",
+            ["team"],
+            registry=registry,
+        )
+        self.reclaim_wait = Histogram(
+            "vnpu_scheduler_reclaim_wait_seconds",
+            "Per eviction: seconds from the lender's pod first seen pending to the eviction.",
+            buckets=_RECLAIM_BUCKETS,
+            registry=registry,
+        )
+        self.reclaim_failures = Counter(
+            "vnpu_scheduler_reclaim_eviction_failures",
+            "Evictions the API refused or failed: disruption-budget (429, a "
+            "PodDisruptionBudget forbids it), api-error (any other failure).",
+            ["reason"],
+            registry=registry,
+        )
+        self.reclaimer_leader = Gauge(
+            "vnpu_scheduler_reclaimer_leader",
+            "1 while this replica holds the vnpu-reclaimer Lease and reclaims, else 0.",
             registry=registry,
         )
         self.watch_restarts = Counter(

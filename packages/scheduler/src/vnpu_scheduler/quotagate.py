@@ -8,6 +8,13 @@ its methods to the parts that need them:
   (``ClusterCache.namespace_usage``), is refused on every node as unresolvable, with one
   sentence per quota; each distinct refusal of a pod is also recorded once as a Warning
   event ``NPUQuotaExceeded``. The bind checks again under the quota lock (``binder``).
+  A pod that fits but would borrow is held back the same way while a team below its
+  nominal has pods pending for the units it would borrow (lenders first, rule
+  ``lender-pending``: ``shares.lender_waiting``); the bind does not check that again.
+* ``filtered`` (``extender``, after each filter) records what the filter answered for a
+  pending pod in ``demand`` (``tenancy.Pending``), which ``pending`` lists for the
+  reclaimer; ``pods_listed``, ``pod_changed`` and ``pod_removed`` (the pod informer, via
+  ``app``) drop the pods that are bound, being deleted or gone.
 * ``admission_refusal`` (``webhook``): the request alone, on no usage at all, passes a
   limit: it could never be bound, so it is denied at creation.
 * ``poll_tenants``: reads the tenants ConfigMap into the book (``app`` calls it every
@@ -25,14 +32,20 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import holdings, quotas, requests
-from vnpu_scheduler import cache, cluster, metrics, tenancy
+from vnpu_core import fairshare, holdings, quotas, requests
+from vnpu_scheduler import cache, cluster, metrics, shares, tenancy
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
 EVENTS_REMEMBERED = 4096
 EventSink = Callable[[Json, str, str, str], None]  # pod, type, reason, message
+LENDER_PENDING = "lender-pending"  # the rule of a refusal by lenders first
+# A lender's pending pod counts for lenders first unless its own quotas, or nodes that could
+# never take it, hold it back: waiting for it would block the borrower for nothing.
+LENDING_OUTCOMES = frozenset(
+    {tenancy.Outcome.UNSEEN, tenancy.Outcome.FIT, tenancy.Outcome.CAPACITY}
+)
 
 
 class QuotaGate:
@@ -53,16 +66,19 @@ class QuotaGate:
         self._told: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
 
     def filter_refusal(self, pod: Json, request: requests.PodRequest) -> str:
-        """Why the pod's quotas hold it back now ('' when they do not)."""
+        """Why the pod's quotas, or lenders first, hold it back now ('' when they do not)."""
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
+        uid = str(meta.get("uid") or "")
         ask = holdings.of_request(request)
-        self.demand.seen(str(meta.get("uid") or ""), namespace, ask)
+        self.demand.seen(uid, namespace, ask, pod, request)
         if not self.book.limited(namespace):
             return ""
         usage = self._cache.namespace_usage()
         self.meter.advance(usage)
         refused = self.book.refusals(ask, namespace, usage)
+        if not refused:
+            refused = self._lenders_first(uid, namespace, ask, usage)
         if not refused:
             return ""
         for item in refused:
@@ -70,6 +86,54 @@ class QuotaGate:
         message = "; ".join(item.message for item in refused)
         self._tell(pod, message)
         return message
+
+    def _lenders_first(
+        self, uid: str, namespace: str, ask: holdings.Amount, usage: dict[str, holdings.Amount]
+    ) -> tuple[tenancy.Refused, ...]:
+        """A pod that would borrow waits while a team below its nominal has pods pending that
+        ask for the units it would borrow (``shares.lender_waiting``)."""
+        teams = self.book.teams
+        team = teams.team_of(namespace)
+        if team is None:
+            return ()
+        pod = fairshare.Pod(uid, team.name, shares.vector(ask, teams.units()))
+        others = (  # read only when the pod would borrow
+            found
+            for waiting in self.pending()
+            if waiting.uid != uid and waiting.outcome in LENDING_OUTCOMES
+            if (found := shares.pending_pod(teams, waiting)) is not None
+        )
+        used = shares.team_usage(teams, usage)
+        message = shares.lender_waiting(pod, shares.cohort(teams), used, others)
+        return (tenancy.Refused(LENDER_PENDING, message),) if message else ()
+
+    def pending(self) -> list[tenancy.Pending]:
+        """The pods the filter saw that are still pending (bound ones drop out here)."""
+        bound = [uid for uid in self.demand.uids() if self._cache.bound_node(uid)]
+        return self.demand.pending(bound)
+
+    def filtered(self, pod: Json, outcome: tenancy.Outcome, nodes: tuple[str, ...]) -> None:
+        """What the filter answered for an NPU pod (``extender`` calls it after each filter)."""
+        self.demand.filtered(str((pod.get("metadata") or {}).get("uid") or ""), outcome, nodes)
+
+    # --- the pod watch (``app`` routes the pod informer's callbacks here too) -------------
+
+    def pods_listed(self, items: list[Json]) -> None:
+        """After a re-list: only pods that exist, unbound and not being deleted, stay pending."""
+        self.demand.retain(
+            str(meta.get("uid") or "")
+            for pod in items
+            if not ((meta := pod.get("metadata") or {}).get("deletionTimestamp"))
+            and not (pod.get("spec") or {}).get("nodeName")
+        )
+
+    def pod_changed(self, pod: Json) -> None:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (pod.get("spec") or {}).get("nodeName"):
+            self.demand.done(str(meta.get("uid") or ""))
+
+    def pod_removed(self, pod: Json) -> None:
+        self.demand.done(str((pod.get("metadata") or {}).get("uid") or ""))
 
     def _tell(self, pod: Json, message: str) -> None:
         """One ``NPUQuotaExceeded`` event per pod and distinct refusal."""
@@ -107,8 +171,10 @@ class QuotaGate:
         usage = self._cache.namespace_usage()
         self.meter.advance(usage)
         teams = self.book.teams
-        bound = [uid for uid in self.demand.uids() if self._cache.bound_node(uid)]
-        pending = self.demand.by_namespace(bound)
+        pending: dict[str, holdings.Amount] = {}
+        for waiting in self.pending():
+            held = pending.get(waiting.namespace, holdings.ZERO)
+            pending[waiting.namespace] = held.plus(waiting.ask)
         team_of = {ns: t.name for t in teams.teams for ns in t.namespaces}
         team_pending: dict[tuple[str, str], int] = {}
         for namespace, ask in pending.items():

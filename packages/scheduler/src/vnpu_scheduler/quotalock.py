@@ -54,9 +54,11 @@ def _expired(lease: Json) -> bool:
     duration = spec.get("leaseDurationSeconds")
     if not renewed or not isinstance(duration, int):
         return True
-    try:
-        when = datetime.strptime(str(renewed), _MICRO).replace(tzinfo=UTC)
+    try:  # RFC 3339 with Z or an offset: the Python client sends ours as +00:00
+        when = datetime.fromisoformat(str(renewed))
     except ValueError:
+        return True
+    if when.tzinfo is None:
         return True
     return datetime.now(UTC) > when + timedelta(seconds=duration)
 

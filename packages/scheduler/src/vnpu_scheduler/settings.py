@@ -94,6 +94,13 @@ class Settings(BaseSettings):
         default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
     )
     """Namespace of the quota Leases that serialise binds across replicas (the chart's own)."""
+    reclaim: bool = True
+    """Evict borrowers' pods so that teams below their nominal get their capacity back."""
+    reclaim_interval: float = pydantic.Field(default=5.0, gt=0)
+    """Seconds between two rounds of the reclaimer (on the replica that holds its Lease)."""
+    reclaim_lease_seconds: float = pydantic.Field(default=15.0, ge=1)
+    """Duration of the ``vnpu-reclaimer`` Lease: a replica that stops renewing it for this long
+    is taken over; must exceed ``reclaim_interval``."""
     log_level: str = pydantic.Field(default="info", pattern="^(debug|info|warning|error)$")
     """Log level: debug, info, warning or error."""
 
@@ -152,6 +159,17 @@ class Settings(BaseSettings):
             )
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _reclaim_lease(self) -> Settings:
+        if self.reclaim_lease_seconds <= self.reclaim_interval:
+            raise _Rule(
+                "reclaim_lease_seconds",
+                self.reclaim_lease_seconds,
+                f"must exceed reclaim_interval ({self.reclaim_interval:g}): the Lease is renewed "
+                "once per round, and would expire between two rounds",
+            )
+        return self
+
 
 class _Rule(ValueError):
     """A rule between settings broken, naming the setting to change and its value."""
@@ -203,6 +221,8 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--api-threads", "threads for Kubernetes API calls (default 16)"),
     ("--tenants-config", "namespace/name of the tenants ConfigMap (default: no teams)"),
     ("--lock-namespace", "namespace of the quota Leases binds take (default: default)"),
+    ("--reclaim-interval", "seconds between reclaim rounds (default 5)"),
+    ("--reclaim-lease-seconds", "duration of the vnpu-reclaimer Lease (default 15)"),
     ("--log-level", "debug, info, warning or error (default info)"),
 )
 
@@ -236,6 +256,14 @@ def parser() -> argparse.ArgumentParser:
         const=False,
         default=None,
         help="do not read or enforce NPU quotas (ResourceQuota NPU entries, teams)",
+    )
+    cli.add_argument(
+        "--no-reclaim",
+        dest="reclaim",
+        action="store_const",
+        const=False,
+        default=None,
+        help="never evict borrowers' pods for teams below their nominal",
     )
     cli.add_argument(
         "--no-fit-memo",

@@ -15,22 +15,27 @@ that cannot be read keeps the last good teams (none at start) and is shown by ``
 ``vnpu_scheduler_tenants_config_ok`` and the log. A ConfigMap that does not exist means no
 teams.
 
-``Demand`` remembers the asks of NPU pods the filter has seen and that are not bound yet:
-the pending demand the metrics report by namespace and team. ``Meter`` integrates usage
+``Demand`` remembers the asks of NPU pods the filter has seen and that are not bound yet,
+with what the last filter answered for each (``Pending``): the pending demand the metrics
+report by namespace and team, the lenders the filter lets go first (``quotagate``) and the
+pods the reclaimer gets capacity back for (``reclaimer``). ``Meter`` integrates usage
 over time into AI-core-seconds and MiB-seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import structlog
 
-from vnpu_core import catalog, errors, holdings, quotas, tenants
+from vnpu_core import catalog, errors, holdings, quotas, requests, tenants
 from vnpu_core.holdings import Amount
 
 log = structlog.get_logger(__name__)
@@ -180,41 +185,138 @@ def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
+class Outcome(StrEnum):
+    """What the last filter answered for a pending pod (``Pending.outcome``)."""
+
+    UNSEEN = ""  # no filter has finished for it yet (prioritize alone, or still running)
+    FIT = "fit"  # some node fits
+    CAPACITY = "capacity"  # no node fits, and some lack only room: evicting could help
+    QUOTA = "quota"  # its NPU quotas, or lenders first, hold it back
+    UNRESOLVABLE = "unresolvable"  # no node could take it, whatever was evicted
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An NPU pod the filter saw and that is not bound yet: its ask and its last filter.
+
+    ``first_seen`` and ``filtered`` are ``time.monotonic`` seconds; ``created`` is the pod's
+    creationTimestamp in seconds since the epoch (0 when absent); ``nodes`` the candidate
+    nodes of the last filter; ``pod`` the object kube-scheduler sent (never modify it).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    ask: Amount
+    priority: int = 0
+    created: float = 0.0
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    outcome: Outcome = Outcome.UNSEEN
+    filtered: float = 0.0
+    nodes: tuple[str, ...] = ()
+    request: requests.PodRequest | None = None
+    pod: Mapping[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class Demand:
-    """Asks of NPU pods the filter saw and that are not bound yet, by pod UID."""
+    """Asks of NPU pods the filter saw and that are not bound yet, by pod UID.
+
+    ``app`` drops a pod once the watch shows it bound or gone (``done``, ``retain``); a pod
+    the filter has not seen for PENDING_SECONDS drops out by itself.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._asks: dict[str, tuple[str, Amount, float]] = {}
+        self._asks: dict[str, Pending] = {}
 
-    def seen(self, uid: str, namespace: str, ask: Amount) -> None:
+    def seen(
+        self,
+        uid: str,
+        namespace: str,
+        ask: Amount,
+        pod: Mapping[str, Any] | None = None,
+        request: requests.PodRequest | None = None,
+    ) -> None:
         if not uid:
             return
+        now = time.monotonic()
+        meta = (pod or {}).get("metadata") or {}
+        spec = (pod or {}).get("spec") or {}
+        priority = spec.get("priority")
         with self._lock:
-            self._asks[uid] = (namespace, ask, time.monotonic())
+            known = self._asks.get(uid)
+            self._asks[uid] = Pending(
+                uid,
+                namespace,
+                str(meta.get("name") or ""),
+                ask,
+                priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+                epoch_seconds(meta.get("creationTimestamp")),
+                known.first_seen if known is not None else now,
+                now,
+                known.outcome if known is not None else Outcome.UNSEEN,
+                known.filtered if known is not None else 0.0,
+                known.nodes if known is not None else (),
+                request,
+                pod,
+            )
+
+    def filtered(self, uid: str, outcome: Outcome, nodes: tuple[str, ...]) -> None:
+        """Record what the filter just answered for the pod (seen before by ``seen``)."""
+        with self._lock:
+            known = self._asks.get(uid)
+            if known is not None:
+                self._asks[uid] = dataclasses.replace(
+                    known, outcome=outcome, filtered=time.monotonic(), nodes=nodes
+                )
 
     def done(self, uid: str) -> None:
         with self._lock:
             self._asks.pop(uid, None)
 
-    def by_namespace(self, bound: Iterable[str] = ()) -> dict[str, Amount]:
-        """Pending asks by namespace; pods in ``bound`` or unseen for PENDING_SECONDS drop out."""
+    def retain(self, uids: Iterable[str]) -> None:
+        """Keep only the pods in ``uids`` (after a re-list: the pending pods that exist)."""
+        keep = set(uids)
+        with self._lock:
+            for uid in [u for u in self._asks if u not in keep]:
+                del self._asks[uid]
+
+    def pending(self, bound: Iterable[str] = ()) -> list[Pending]:
+        """Every pending pod; pods in ``bound`` or unseen for PENDING_SECONDS drop out."""
         now = time.monotonic()
         with self._lock:
             for uid in list(bound):
                 self._asks.pop(uid, None)
-            for uid, (_, _, when) in list(self._asks.items()):
-                if now - when > PENDING_SECONDS:
+            for uid, known in list(self._asks.items()):
+                if now - known.last_seen > PENDING_SECONDS:
                     del self._asks[uid]
-            asks = list(self._asks.values())
+            return list(self._asks.values())
+
+    def by_namespace(self, bound: Iterable[str] = ()) -> dict[str, Amount]:
+        """Pending asks by namespace; pods in ``bound`` or unseen for PENDING_SECONDS drop out."""
         found: dict[str, Amount] = {}
-        for namespace, ask, _ in asks:
-            found[namespace] = found.get(namespace, holdings.ZERO).plus(ask)
+        for known in self.pending(bound):
+            found[known.namespace] = found.get(known.namespace, holdings.ZERO).plus(known.ask)
         return found
 
     def uids(self) -> list[str]:
         with self._lock:
             return list(self._asks)
+
+
+def epoch_seconds(stamp: object) -> float:
+    """An RFC 3339 timestamp (``creationTimestamp``) in seconds since the epoch; 0 if unreadable."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class Meter:
