@@ -210,24 +210,54 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     assert scheduler.sample("vnpu_scheduler_reclaimer_leader") == 1.0
 
 
-def test_one_of_two_replicas_leads_the_reclaimer(
+def test_the_replica_whose_filters_saw_the_need_leads_the_reclaimer(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
+    """Every chip is held and nobody borrows, so a's pending pod (a lender's) finds no room
+    and no victim: whichever replicas saw it contend for the Lease, and exactly one leads."""
     _setup(kube, make)
+    kube.core.create_namespace({"metadata": {"name": "other"}})  # in no team
+    for name, node, chip in (("a-1", "n1", 0), ("b-1", "n1", 1), ("b-2", "n1", 2)):
+        _running(kube, make, name, node, chip)
+    for name, node, chip in (("c-1", "n2", 0), ("c-2", "n2", 1)):
+        _running(kube, make, name, node, chip)
+    devices = "n2-Ascend310P-2,Ascend310P,21527,0:;"
+    outsider: Json = make.holder("o-1", "n2", devices, runtime="[]")
+    outsider["metadata"]["namespace"] = "other"
+    kube.add_pod(outsider)
     first = start_scheduler(tenants_config="default/vnpu-tenants", reclaim_interval=0.1)
     second = start_scheduler(tenants_config="default/vnpu-tenants", reclaim_interval=0.1)
     replicas = (first, second)
     for replica in replicas:
-        reclaimer = replica.service.reclaimer
-        _until(lambda r=reclaimer: r.rounds >= 3, "rounds on each replica")
-    leaders = [r for r in replicas if r.sample("vnpu_scheduler_reclaimer_leader") == 1.0]
-    assert len(leaders) == 1
+        _until(lambda r=replica: _used(r, "c") == 16, "the pods counted")
+
+    def rounds(count: int) -> None:
+        for replica in replicas:
+            seen = replica.service.reclaimer.rounds
+            _until(lambda r=replica, s=seen: r.service.reclaimer.rounds >= s + count, "rounds")
+
+    def leading() -> list[Any]:
+        return [r for r in replicas if r.sample("vnpu_scheduler_reclaimer_leader") == 1.0]
+
+    rounds(3)
+    assert leading() == []  # nothing needs room: nobody holds the Lease
+    pending = kube.add_pod(make.npu_pod("a-2", count=1, namespace="a"))
+    assert _filter(second, pending)["NodeNames"] == []
+    rounds(3)
+    assert leading() == [second]
+    assert _filter(first, pending)["NodeNames"] == []
+    rounds(3)
+    (leader_,) = leading()
     lease = kube.plain(
         kubernetes.client.CoordinationV1Api(kube.client).read_namespaced_lease(
             "vnpu-reclaimer", "default"
         )
     )
-    assert lease["spec"]["holderIdentity"] == leaders[0].service.reclaimer.lease.identity
+    assert lease["spec"]["holderIdentity"] == leader_.service.reclaimer.lease.identity
+    assert all(_state(kube, n) == "running" for n in ("a-1", "b-1", "b-2", "c-1", "c-2"))
+    kube.core.delete_namespaced_pod("a-2", "a")
+    rounds(3)
+    assert leading() == []  # the need is gone: the Lease is given up
 
 
 @pytest.mark.parametrize("duration", [1])

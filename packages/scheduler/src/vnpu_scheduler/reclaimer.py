@@ -2,8 +2,11 @@
 
 ``app`` starts ``Reclaimer.run`` in its lifespan when quotas are on and a tenants config is
 set; every ``--reclaim-interval`` seconds one round runs, on one replica only: the one that
-holds the Lease ``vnpu-reclaimer`` (``leader.LeaderLease``, in ``--lock-namespace``). A round
-does nothing while there are no teams. Otherwise:
+holds the Lease ``vnpu-reclaimer`` (``leader.LeaderLease``, in ``--lock-namespace``). A
+replica contends for the Lease only while its own filters have seen a lender's pod that
+needs room (or it still waits for pods it evicted to end), and gives it up when that is
+over: the pending pods are known to the replica kube-scheduler calls, which need not be the
+one that held the Lease before. A round does nothing while there are no teams. Otherwise:
 
 1. **Lenders.** The pending pods (``quotagate.QuotaGate.pending``) of a team whose last
    filter refused them for lack of room only (``tenancy.Outcome.CAPACITY``: not for a
@@ -112,6 +115,13 @@ class Reclaimer:
 
     async def round(self) -> None:
         if not self._gate.book.teams.teams:
+            return
+        if not self._waiting and not any(self._eligible(p) for p in self._gate.pending()):
+            # Nothing this replica's filters saw needs room: leave the Lease to a replica
+            # whose filters did (kube-scheduler may call any one of them).
+            if self.lease.held:
+                await self.lease.release()
+            self._stats.reclaimer_leader.set(0)
             return
         leading = await self.lease.hold()
         self._stats.reclaimer_leader.set(1 if leading else 0)
