@@ -147,6 +147,24 @@ def test_quotas_off_passes_no_quotas_and_grants_nothing_for_them(render, tmp_pat
     assert manifests.find("RoleBinding", "vnpu-scheduler-quota-locks") is None
 
 
+def test_the_reclaimer_is_on_with_its_timings_and_may_evict(default, tmp_path):
+    config = _settings(default, tmp_path)
+    assert config.reclaim is True
+    assert (config.reclaim_interval, config.reclaim_lease_seconds) == (5, 15)
+    granted = _granted(default.get("ClusterRole", "vnpu-scheduler"))
+    assert granted[("", "pods/eviction")] == {"create"}
+    assert "create_namespaced_pod_eviction" in Path(cluster.__file__).read_text(encoding="utf-8")
+
+
+def test_reclaim_off_passes_no_reclaim_and_grants_no_eviction(render, tmp_path):
+    manifests = render({"scheduler": {"quotas": {"reclaim": False}}})
+    assert "--no-reclaim" in _args(manifests)
+    assert _settings(manifests, tmp_path).reclaim is False
+    granted = _granted(manifests.get("ClusterRole", "vnpu-scheduler"))
+    assert ("", "pods/eviction") not in granted
+    assert ("", "resourcequotas") in granted  # quotas stay on
+
+
 def test_inline_teams_become_the_tenants_config_map(render, tmp_path):
     manifests = render({"scheduler": {"tenants": TEAMS}})
     config_map = manifests.get("ConfigMap", "vnpu-scheduler-tenants")
