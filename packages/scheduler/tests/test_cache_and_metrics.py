@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_core import catalog, coordination, granted, protocol
+from vnpu_core import catalog, coordination, granted, ledger, nodes, protocol
 from vnpu_scheduler import cache
 
 Json = dict[str, Any]
@@ -150,6 +150,14 @@ def test_relists_when_the_watch_revision_expired(
     scheduler.wait_for(lambda: sorted(scheduler.service.cache.names()) == ["n1", "n2"])
 
 
+def _state(scheduler: Any) -> Any:
+    """Node n1's state, or an empty stand-in until the node reaches the cache."""
+    state = scheduler.service.cache.state("n1")
+    if state is None:
+        return cache.NodeState("n1", nodes.NodeRead("n1", None), ledger.Ledger({}), 0, "", None)
+    return state
+
+
 def _grant_report(chips: dict[str, dict[str, list[str]]]) -> str:
     return json.dumps({"v": 1, "chips": chips}, separators=(",", ":"), sort_keys=True)
 
@@ -207,7 +215,7 @@ def test_a_chip_given_twice_is_counted(kube: Any, make: Any, scheduler: Any) -> 
     # The node granted chip 0 to the first pod; the second pod's decision names it too.
     report = _grant_report({"n1-Ascend310P-0": {holder["metadata"]["uid"]: ["whole"]}})
     kube.annotate_node("n1", {granted.annotation_key("Ascend310P"): report})
-    scheduler.wait_for(lambda: scheduler.service.cache.state("n1").clashes != ())
+    scheduler.wait_for(lambda: _state(scheduler).clashes != ())
     text = scheduler.http.get(f"{scheduler.url}/metrics").text
     assert "vnpu_scheduler_double_assignments 1.0" in text
     assert 'vnpu_scheduler_grant_mismatches{reason="annotation_differs"} 1.0' in text
@@ -218,7 +226,7 @@ def test_without_a_report_an_unreadable_pod_still_makes_the_node_unusable(
 ) -> None:
     kube.add_node(make.node("n1", chips=2))
     kube.add_pod(make.holder("garbled", "n1", "not;a:decision"))
-    scheduler.wait_for(lambda: scheduler.service.cache.state("n1").usage.problems != ())
-    assert scheduler.service.cache.state("n1").report == "absent"
+    scheduler.wait_for(lambda: _state(scheduler).usage.problems != ())
+    assert _state(scheduler).report == "absent"
     answer = scheduler.post("filter", {"Pod": make.npu_pod("p", count=1), "NodeNames": ["n1"]})
     assert answer.json()["NodeNames"] == []

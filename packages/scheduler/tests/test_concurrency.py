@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from vnpu_core import catalog, ledger, protocol
 
@@ -82,6 +83,7 @@ def _check_no_overcommit(pods: list[Json]) -> int:
     return bound
 
 
+@pytest.mark.timeout(120)  # 240 pods through two processes; a guard, not a speed claim
 def test_two_replicas_never_overcommit(
     kube: Any, make: Any, plugin: Any, replicas: list[str]
 ) -> None:
