@@ -188,10 +188,6 @@ class Extender:
             return dict.fromkeys(names, (refused, None))
         if not pod.wants_npu:
             return None
-        held_back = self._quota(args.Pod, pod)
-        if held_back:  # no node can help, and evicting other namespaces' pods would not either
-            verdict = Verdict(False, 0, QUOTA, held_back, True)
-            return dict.fromkeys(names, (verdict, None))
         key = self._key(request_key(pod, self._policy)) if self._memo else None
         states: Mapping[str, cache.NodeState | None]
         if args.Nodes is not None:
@@ -204,6 +200,12 @@ class Extender:
         for name in names:
             state = states.get(name)
             found[name] = (judge(state, name, pod, self._policy, key), state)
+        if all(not v.fits and v.unresolvable for v, _ in found.values()):
+            return found  # no node could ever take it: that is the explanation, not a quota
+        held_back = self._quota(args.Pod, pod)
+        if held_back:  # no node can help, and evicting other namespaces' pods would not either
+            verdict = Verdict(False, 0, QUOTA, held_back, True)
+            return {name: (verdict, state) for name, (_, state) in found.items()}
         return found
 
     def filter(self, args: wire.ExtenderArgs) -> Json:
