@@ -1,8 +1,9 @@
 """Fair sharing, simulated: three teams on a mixed 310P/910B cluster with skewed arrival.
 
 A discrete-time simulation (one step is one simulated minute) of a scheduling loop that
-uses ``vnpu_core.fairshare`` for the queue order, the borrowing check and reclaim, and
-``vnpu_core.allocator`` for placement on nodes built from the real catalog (4 nodes of 8
+uses fair sharing (``vnpu_core.ranking`` for the queue order, ``vnpu_core.borrowing`` for
+the borrowing check, ``vnpu_core.reclaim`` for reclaim, on ``vnpu_core.fairshare``'s teams)
+and ``vnpu_core.allocator`` for placement on nodes built from the real catalog (4 nodes of 8
 310P3 chips on Atlas 300I Duo cards, 4 nodes of 8 910B3 chips in a mesh). Pods ask one
 vNPU (vir01, vir02, vir04 on 310P3; vir05_1c_16g, vir10_3c_32g on 910B3) or one or two
 whole chips (``SHAPES``: about two 310P pods for each 910B one, so that both models stay
@@ -14,10 +15,10 @@ memory, a whole chip all of its chip's. Teams a, b, c have weights 1, 2, 3.
 
 Each step: finished pods leave; pods evicted the step before are gone (one minute of
 termination grace); arrivals join the queue; then the pending pods are taken in
-``fairshare.order`` and each is checked (``fairshare.check``): admitted ones are placed on
+``ranking.order`` and each is checked (``borrowing.check``): admitted ones are placed on
 the node the allocator scores best. A pod of a team below its nominal that does not start
 holds back what it is owed from borrowing pods for the rest of the pass (``check``'s
-``reserved``), and asks ``fairshare.reclaim``, whose ``fits`` callback runs the allocator
+``reserved``), and asks ``reclaim.reclaim``, whose ``fits`` callback runs the allocator
 on each node with the victims on it removed. Victims are re-queued with their creation
 time and run again from the start (the work they did is lost).
 
@@ -45,7 +46,16 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from vnpu_core import allocator, catalog, fairshare, inventory, requests
+from vnpu_core import (
+    allocator,
+    borrowing,
+    catalog,
+    fairshare,
+    inventory,
+    ranking,
+    reclaim,
+    requests,
+)
 
 STEP = 60  # simulated seconds per step
 GRACE_STEPS = 1  # an evicted pod holds its chips this many steps
@@ -333,17 +343,17 @@ class Simulation:
             self.result.started.append(step - job.arrival)
 
     def schedule(self, step: int) -> None:
-        ranked = fairshare.order([j.pod for j in self.pending.values()], self.cohort, self.used)
+        ranked = ranking.order([j.pod for j in self.pending.values()], self.cohort, self.used)
         no_room: set[str] = set()  # shapes no node fits any more this step
         no_reclaim: set[tuple[str, str]] = set()  # (team, shape) whose reclaim failed this step
         self.holding: dict[str, dict[str, int]] = {}  # by team: what its waiting pods are owed
         self.reserved = {}  # all of it: not lent to borrowing pods
         for entry in ranked:
             job = self.pending[entry.pod.name]
-            lender = entry.tier is fairshare.Tier.NOMINAL
+            lender = entry.tier is ranking.Tier.NOMINAL
             if not lender and job.shape.label in no_room:
                 continue  # no node has the room, and a borrowing pod neither holds nor reclaims
-            answer = fairshare.check(job.pod, self.cohort, self.used, self.reserved)
+            answer = borrowing.check(job.pod, self.cohort, self.used, self.reserved)
             if answer.verdict.admitted and job.shape.label not in no_room:
                 placed = self.cluster.best(job.shape)
                 if placed is not None:
@@ -354,7 +364,7 @@ class Simulation:
                 continue
             self._hold(job.pod.team, answer.owed)
             key = (job.pod.team, job.shape.label)
-            if answer.verdict in (fairshare.Verdict.NO_IDLE, fairshare.Verdict.OVER_LIMIT):
+            if answer.verdict in (borrowing.Verdict.NO_IDLE, borrowing.Verdict.OVER_LIMIT):
                 continue
             if job.pod.name in self.waiting_on or key in no_reclaim:
                 continue
@@ -382,7 +392,7 @@ class Simulation:
             gone = leaving | {v.name for v in victims}
             return cluster.best(shape, gone, sorted({v.node for v in victims})) is not None
 
-        outcome = fairshare.reclaim(job.pod, self.cohort, alive, fits)
+        outcome = reclaim.reclaim(job.pod, self.cohort, alive, fits)
         if not outcome.satisfied:
             return False
         if outcome.victims:
@@ -427,14 +437,14 @@ class Simulation:
         # The verdict is the same for every pending pod of one team and shape.
         kinds = {(j.pod.team, j.shape.label): j for j in self.pending.values()}
         verdicts = [
-            (j, fairshare.check(j.pod, self.cohort, self.used, self.reserved).verdict)
+            (j, borrowing.check(j.pod, self.cohort, self.used, self.reserved).verdict)
             for j in kinds.values()
         ]
         for word in (P310, B910):
             allowed = [
                 (j, v)
                 for j, v in verdicts
-                if j.shape.word == word and v is not fairshare.Verdict.OVER_LIMIT
+                if j.shape.word == word and v is not borrowing.Verdict.OVER_LIMIT
             ]
             if not allowed:
                 continue

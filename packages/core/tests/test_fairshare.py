@@ -2,8 +2,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from vnpu_core import errors, fairshare
-from vnpu_core.fairshare import Pod, Team, Tier, Verdict
+from vnpu_core import borrowing, errors, fairshare, ranking, reclaim
+from vnpu_core.borrowing import Verdict
+from vnpu_core.fairshare import Pod, Team
+from vnpu_core.ranking import Tier
 
 
 def cohort(*teams: Team, capacity: dict[str, int] | None = None) -> fairshare.Cohort:
@@ -42,13 +44,13 @@ def pod(
 def test_dominant_share(
     used: dict[str, int], capacity: dict[str, int], weight: float, value: float, unit: str
 ) -> None:
-    share = fairshare.dominant_share(used, capacity, weight)
+    share = ranking.dominant_share(used, capacity, weight)
     assert share.value == pytest.approx(value)
     assert share.unit == unit
 
 
 def test_share_describes_its_numbers() -> None:
-    share = fairshare.dominant_share({"aicore": 32}, {"aicore": 128}, 2)
+    share = ranking.dominant_share({"aicore": 32}, {"aicore": 128}, 2)
     assert share.describe() == "0.1250 (aicore 32/128 = 0.2500, weight 2)"
 
 
@@ -133,7 +135,7 @@ def test_check(
 ) -> None:
     a = Team("a", 1, {"aicore": 64}, {} if limit is None else {"aicore": limit})
     two = cohort(a, Team("b", 1, {"aicore": 64}))
-    answer = fairshare.check(
+    answer = borrowing.check(
         pod("p", "a", ask), two, {"a": {"aicore": used_a}, "b": {"aicore": used_b}}
     )
     assert answer.verdict is verdict
@@ -151,7 +153,7 @@ def test_check(
 def test_a_limit_on_one_unit_leaves_the_other_unlimited() -> None:
     a = Team("a", 1, {"aicore": 64, "memory": 256}, {"aicore": 0})
     two = cohort(a, B)
-    answer = fairshare.check(
+    answer = borrowing.check(
         Pod("p", "a", {"aicore": 8, "memory": 200}), two, {"a": {"aicore": 8, "memory": 200}}
     )
     assert answer.verdict is Verdict.BORROW
@@ -165,13 +167,13 @@ def test_a_pod_within_nominal_on_one_model_is_not_held_back_by_borrowing_on_anot
     )
     both = fairshare.Cohort({"310P-aicore": 64, "910B-aicore": 160}, teams)
     used = {"a": {"910B-aicore": 120}}
-    answer = fairshare.check(Pod("p", "a", {"310P-aicore": 8}), both, used)
+    answer = borrowing.check(Pod("p", "a", {"310P-aicore": 8}), both, used)
     assert answer.verdict is Verdict.NOMINAL
-    (ranked,) = fairshare.order([Pod("p", "a", {"310P-aicore": 8})], both, used)
+    (ranked,) = ranking.order([Pod("p", "a", {"310P-aicore": 8})], both, used)
     assert ranked.tier is Tier.NOMINAL
 
 
-def names(ranked: Sequence[fairshare.Ranked]) -> list[str]:
+def names(ranked: Sequence[ranking.Ranked]) -> list[str]:
     return [r.pod.name for r in ranked]
 
 
@@ -179,7 +181,7 @@ def test_a_team_within_its_nominal_goes_before_a_borrowing_team_with_a_smaller_s
     # b holds less but is above its small nominal; a holds more and stays within its own.
     a = Team("a", 1, {"aicore": 96})
     b = Team("b", 1, {"aicore": 32})
-    ranked = fairshare.order(
+    ranked = ranking.order(
         [pod("b1", "b", 8), pod("a1", "a", 8)],
         cohort(a, b),
         {"a": {"aicore": 64}, "b": {"aicore": 32}},
@@ -220,7 +222,7 @@ def test_order_among_borrowers(
     a = Team("a", 1, {"aicore": 64})
     b = Team("b", 1, {"aicore": 64})
     held = {team: {"aicore": amount} for team, amount in used.items()}
-    ranked = fairshare.order(pending, cohort(a, b), held)
+    ranked = ranking.order(pending, cohort(a, b), held)
     assert names(ranked) == expected
     assert all(r.tier is Tier.BORROWING for r in ranked)
 
@@ -228,7 +230,7 @@ def test_order_among_borrowers(
 def test_weights_divide_the_share() -> None:
     a = Team("a", 1, {"aicore": 32})
     b = Team("b", 3, {"aicore": 96})
-    ranked = fairshare.order(
+    ranked = ranking.order(
         [pod("a1", "a", 8), pod("b1", "b", 8)],
         cohort(a, b),
         {"a": {"aicore": 40}, "b": {"aicore": 100}},  # 48/128 = 0.375 vs 108/128/3 = 0.28
@@ -238,14 +240,14 @@ def test_weights_divide_the_share() -> None:
 
 
 def test_a_team_keeps_its_own_queue_order() -> None:
-    ranked = fairshare.order(
+    ranked = ranking.order(
         [pod("small-new", "a", 1, created=5), pod("big-old", "a", 32, created=1)], TWO, {}
     )
     assert names(ranked) == ["big-old", "small-new"]
 
 
 def test_the_pods_of_one_team_move_from_nominal_to_borrowing_as_it_fills() -> None:
-    ranked = fairshare.order([pod(f"a{i}", "a", 32, created=i) for i in range(4)], TWO, {})
+    ranked = ranking.order([pod(f"a{i}", "a", 32, created=i) for i in range(4)], TWO, {})
     assert [r.tier for r in ranked] == [Tier.NOMINAL] * 2 + [Tier.BORROWING] * 2
 
 
@@ -261,7 +263,7 @@ def test_reclaim_explains_the_victim_with_the_numbers() -> None:
         pod("a-old", "a", 32),
         *running_b(("b1", 64, 0, 1), ("b2", 16, 0, 2), ("b3", 16, 0, 3)),
     ]
-    answer = fairshare.reclaim(pod("a-new", "a", 16), TWO, running)
+    answer = reclaim.reclaim(pod("a-new", "a", 16), TWO, running)
     assert answer.satisfied
     assert answer.needed == {"aicore": 16}
     assert [v.pod.name for v in answer.victims] == ["b3"]  # the newest
@@ -301,7 +303,7 @@ def test_reclaim_explains_the_victim_with_the_numbers() -> None:
 def test_reclaim_choice(running: list[Pod], ask: int, expected: list[str]) -> None:
     # a holds the rest of the pool, so what a asks is what b's borrowing keeps from it.
     everything = [*running, pod("a-held", "a", 128 - sum(p.demand["aicore"] for p in running))]
-    answer = fairshare.reclaim(pod("a-new", "a", ask), TWO, everything)
+    answer = reclaim.reclaim(pod("a-new", "a", ask), TWO, everything)
     assert [v.pod.name for v in answer.victims] == expected
     assert answer.satisfied is bool(expected)
     assert all(v.pod.team == "b" for v in answer.victims)
@@ -314,14 +316,14 @@ def test_reclaim_never_takes_the_lenders_own_pods() -> None:
         pod("a-new", "a", 16, priority=-5, created=9),
         *running_b(("b1", 88, 0, 1)),
     ]
-    answer = fairshare.reclaim(pod("a-next", "a", 16), TWO, running)
+    answer = reclaim.reclaim(pod("a-next", "a", 16), TWO, running)
     assert not answer.satisfied  # b1 alone would take b below its nominal
     assert answer.victims == ()
     assert answer.needed == {"aicore": 16}
     assert "the borrowers' pods that may be taken hold 0 aicore" in answer.reason
     running.append(pod("b2", "b", 16, created=0))
     running[2] = pod("b1", "b", 72, created=1)
-    answer = fairshare.reclaim(pod("a-next", "a", 16), TWO, running)
+    answer = reclaim.reclaim(pod("a-next", "a", 16), TWO, running)
     assert [v.pod.name for v in answer.victims] == ["b2"]
 
 
@@ -338,14 +340,14 @@ def test_reclaim_never_takes_the_lenders_own_pods() -> None:
 )
 def test_reclaim_takes_back_no_more_than_the_lender_is_owed(held: int, ask: int, why: str) -> None:
     running = [pod("a-held", "a", held), *running_b(("b1", 8, 0, 1), ("b-base", 120 - held, 0, 0))]
-    answer = fairshare.reclaim(pod("a-new", "a", ask), TWO, running)
+    answer = reclaim.reclaim(pod("a-new", "a", ask), TWO, running)
     assert not answer.satisfied
     assert why in answer.reason
     assert answer.victims == ()
 
 
 def test_reclaim_with_room_to_spare_evicts_nothing() -> None:
-    answer = fairshare.reclaim(pod("a-new", "a", 8), TWO, [pod("b1", "b", 80)])
+    answer = reclaim.reclaim(pod("a-new", "a", 8), TWO, [pod("b1", "b", 80)])
     assert answer.satisfied
     assert answer.victims == ()
 
@@ -357,13 +359,13 @@ def test_reclaim_takes_from_every_borrower_and_says_so_per_team() -> None:
         *running_b(("b1", 16, 0, 5), ("b-base", 64, 0, 0)),
         *running_b(("c1", 16, 0, 1), team="c"),
     ]
-    answer = fairshare.reclaim(pod("a-new", "a", 32), three, running)
+    answer = reclaim.reclaim(pod("a-new", "a", 32), three, running)
     assert answer.satisfied
     assert [v.pod.name for v in answer.victims] == ["b1", "c1"]
     assert answer.victims[1].reason.startswith("team c borrows 16 aicore above its nominal 0;")
 
 
-def on_node(node: str, room: int) -> fairshare.Fits:
+def on_node(node: str, room: int) -> reclaim.Fits:
     """The pending pod fits once the victims on ``node`` free ``room`` aicore."""
 
     def fits(victims: Sequence[Pod]) -> bool:
@@ -379,7 +381,7 @@ def test_reclaim_seeks_the_room_on_one_node() -> None:
         *running_b(("n1-a", 8, 0, 9), ("n1-b", 8, 0, 1), node="n1"),
         *running_b(("n2-a", 8, 0, 8), ("n2-b", 8, 0, 7), node="n2"),
     ]
-    answer = fairshare.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n2", 16))
+    answer = reclaim.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n2", 16))
     assert answer.satisfied
     assert sorted(v.pod.name for v in answer.victims) == ["n2-a", "n2-b"]
 
@@ -389,7 +391,7 @@ def test_reclaim_on_a_node_when_the_pool_has_room_but_no_node_does() -> None:
         pod("a-held", "a", 16),
         *running_b(("n1-a", 8, 0, 2), ("n1-b", 8, 0, 1), ("base", 64, 0, 0), node="n1"),
     ]
-    answer = fairshare.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n1", 16))
+    answer = reclaim.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n1", 16))
     assert answer.needed == {}
     assert [v.pod.name for v in answer.victims] == ["n1-a", "n1-b"]
     assert answer.victims[0].reason == (
@@ -406,13 +408,13 @@ def test_reclaim_prefers_the_node_with_the_lower_priority_victims() -> None:
         *running_b(("n2-a", 16, 3, 9), node="n2"),
     ]
     fits = lambda victims: any(v.node in ("n1", "n2") for v in victims)  # noqa: E731
-    answer = fairshare.reclaim(pod("a-new", "a", 16), TWO, running, fits)
+    answer = reclaim.reclaim(pod("a-new", "a", 16), TWO, running, fits)
     assert [v.pod.name for v in answer.victims] == ["n1-a"]
 
 
 def test_reclaim_fails_when_no_node_can_be_freed() -> None:
     running = [pod("a-held", "a", 48), *running_b(("b1", 80, 0, 0), node="n1")]
-    answer = fairshare.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n1", 16))
+    answer = reclaim.reclaim(pod("a-new", "a", 16), TWO, running, on_node("n1", 16))
     assert not answer.satisfied  # b1 would take b below its nominal
     assert answer.victims == ()
 
@@ -423,7 +425,7 @@ def test_a_pod_of_a_unit_the_team_is_owed_goes_ahead_of_its_own_teams_borrowing_
         Team("b", 1, {"310P-aicore": 32, "910B-aicore": 80}),
     )
     both = fairshare.Cohort({"310P-aicore": 64, "910B-aicore": 160}, teams)
-    ranked = fairshare.order(
+    ranked = ranking.order(
         [
             Pod("big", "a", {"910B-aicore": 40}, created=1),
             Pod("small", "a", {"310P-aicore": 8}, created=2),
@@ -437,7 +439,7 @@ def test_a_pod_of_a_unit_the_team_is_owed_goes_ahead_of_its_own_teams_borrowing_
 
 
 def test_a_team_below_its_nominal_is_a_lender_even_for_a_pod_that_overshoots() -> None:
-    ranked = fairshare.order(
+    ranked = ranking.order(
         [pod("a1", "a", 32), pod("b1", "b", 4)], TWO, {"a": {"aicore": 60}, "b": {"aicore": 64}}
     )
     assert names(ranked) == ["a1", "b1"]
@@ -452,7 +454,7 @@ def test_a_borrowing_pod_leaves_what_lenders_wait_for(
     reserved: dict[str, int], verdict: Verdict
 ) -> None:
     used = {"a": {"aicore": 64}, "b": {"aicore": 36}}  # 28 idle, all of it b's nominal
-    answer = fairshare.check(pod("p", "a", 8), TWO, used, reserved)
+    answer = borrowing.check(pod("p", "a", 8), TWO, used, reserved)
     assert answer.verdict is verdict
     if verdict is Verdict.NO_IDLE:
         assert "only 28 aicore (21 held for lenders' pods) idle" in answer.message
@@ -460,5 +462,5 @@ def test_a_borrowing_pod_leaves_what_lenders_wait_for(
 
 def test_reserved_capacity_does_not_hold_back_a_pod_within_its_nominal() -> None:
     used = {"a": {"aicore": 32}, "b": {"aicore": 36}}
-    answer = fairshare.check(pod("p", "a", 8), TWO, used, {"aicore": 60})
+    answer = borrowing.check(pod("p", "a", 8), TWO, used, {"aicore": 60})
     assert answer.verdict is Verdict.NOMINAL

@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vnpu_core import fairshare
-from vnpu_core.fairshare import Pod, Team, Tier, Verdict
+from vnpu_core import borrowing, fairshare, ranking, reclaim
+from vnpu_core.borrowing import Verdict
+from vnpu_core.fairshare import Pod, Team
+from vnpu_core.ranking import Tier
 
 UNITS = ("aicore", "memory")
 NODES = ("n0", "n1", "n2")
@@ -45,13 +47,13 @@ def states(draw: st.DrawFn) -> tuple[fairshare.Cohort, list[Pod], Pod]:
             float(draw(st.integers(0, 20))),
             draw(st.sampled_from(NODES)),
         )
-        if fairshare.check(candidate, cohort, fairshare.usage(running)).verdict.admitted:
+        if borrowing.check(candidate, cohort, fairshare.usage(running)).verdict.admitted:
             running.append(candidate)
     pending = Pod("pending", draw(st.sampled_from(names)), demands(draw), 0, 30.0)
     return cohort, running, pending
 
 
-def fits_on_a_node(pending: Pod, running: Sequence[Pod]) -> fairshare.Fits:
+def fits_on_a_node(pending: Pod, running: Sequence[Pod]) -> reclaim.Fits:
     """Nodes of 48 aicore each: the pod fits once the victims leave enough on one node."""
     held = dict.fromkeys(NODES, 0)
     for pod in running:
@@ -67,7 +69,7 @@ def fits_on_a_node(pending: Pod, running: Sequence[Pod]) -> fairshare.Fits:
     return fits
 
 
-def check_victims(cohort: fairshare.Cohort, running: list[Pod], answer: fairshare.Reclaim) -> None:
+def check_victims(cohort: fairshare.Cohort, running: list[Pod], answer: reclaim.Reclaim) -> None:
     pending = answer.pod
     victims = [v.pod for v in answer.victims]
     if not answer.satisfied:
@@ -88,7 +90,7 @@ def check_victims(cohort: fairshare.Cohort, running: list[Pod], answer: fairshar
                 assert after.get(team.name, {}).get(unit, 0) >= team.nominal.get(unit, 0)
                 assert before[team.name][unit] > team.nominal.get(unit, 0)
     # Enough is freed: the pod now starts (what it takes above its nominal was idle).
-    assert fairshare.check(pending, cohort, after).verdict.admitted
+    assert borrowing.check(pending, cohort, after).verdict.admitted
 
 
 @settings(max_examples=120, deadline=None)
@@ -97,7 +99,7 @@ def test_reclaim_takes_only_borrowed_capacity_of_other_teams(
     state: tuple[fairshare.Cohort, list[Pod], Pod],
 ) -> None:
     cohort, running, pending = state
-    answer = fairshare.reclaim(pending, cohort, running)
+    answer = reclaim.reclaim(pending, cohort, running)
     check_victims(cohort, running, answer)
     if answer.satisfied and answer.victims:
         # Only as many as needed: without any one victim the pool would lack room.
@@ -105,7 +107,7 @@ def test_reclaim_takes_only_borrowed_capacity_of_other_teams(
             rest = [v.pod for v in answer.victims if v is not left_out]
             freed = fairshare.total(p.demand for p in rest)
             assert any(freed.get(u, 0) < n for u, n in answer.needed.items())
-    verdict = fairshare.check(pending, cohort, fairshare.usage(running)).verdict
+    verdict = borrowing.check(pending, cohort, fairshare.usage(running)).verdict
     if verdict in (Verdict.NO_IDLE, Verdict.OVER_LIMIT):
         assert not answer.satisfied  # only a lender reclaims, and only what it is owed
     if verdict.admitted:
@@ -124,7 +126,7 @@ def test_reclaim_on_a_node_keeps_the_same_rules_and_makes_the_room(
 ) -> None:
     cohort, running, pending = state
     fits = fits_on_a_node(pending, running)
-    answer = fairshare.reclaim(pending, cohort, running, fits)
+    answer = reclaim.reclaim(pending, cohort, running, fits)
     check_victims(cohort, running, answer)
     if answer.satisfied:
         assert fits([v.pod for v in answer.victims])
@@ -142,7 +144,7 @@ def test_a_team_below_its_nominal_always_precedes_a_team_above_it(
         for i, (team, priority) in enumerate(extra)
     ]
     used = fairshare.usage(running)
-    ranked = fairshare.order(queue, cohort, used)
+    ranked = ranking.order(queue, cohort, used)
     assert sorted(r.pod.name for r in ranked) == sorted(p.name for p in queue)
     tiers = [r.tier for r in ranked]
     assert tiers == sorted(tiers, key=[Tier.NOMINAL, Tier.BORROWING].index)
@@ -171,7 +173,7 @@ def test_admission_never_over_commits_the_pool_nor_a_borrowing_limit(
     for i in range(data.draw(st.integers(1, 40))):
         team = data.draw(st.sampled_from(names))
         candidate = Pod(f"p{i}", team, {u: data.draw(st.integers(0, 24)) for u in UNITS})
-        answer = fairshare.check(candidate, cohort, fairshare.usage(running))
+        answer = borrowing.check(candidate, cohort, fairshare.usage(running))
         if answer.verdict is Verdict.BORROW:
             assert answer.borrowed
         if answer.verdict.admitted:

@@ -13,7 +13,9 @@ every device, whole chips, hard vNPUs, devices; per chip model or for all):
   (``scoped``), its pod selection is not modelled;
 * the teams of ``vnpu_core.tenants``: a team may use up to nominal + borrowingLimit, and
   above its nominal only while the cohort (every team) stays within the sum of all teams'
-  nominal (Kueue's rule: idle capacity is lent).
+  nominal (Kueue's rule: idle capacity is lent). Each unit is judged alone with the
+  arithmetic of ``borrowing.UnitCheck``; a unit within the nominal is never refused.
+  docs/fair-sharing.md says how this differs from ``borrowing.check``'s verdict.
 
 ``check(ask, namespace, usage, quotas, teams)`` returns the refusals (empty: the pod
 fits), each naming the quota, the resource or unit, used, asked and the limit, with a
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from vnpu_core import catalog, errors, holdings, tenants
+from vnpu_core import borrowing, catalog, errors, holdings, tenants
 from vnpu_core.holdings import Amount, Key, Unit
 
 VNPU_PREFIX = "limits.vnpu.io/"
@@ -190,35 +192,50 @@ def _quota_refusals(
 def _team_refusals(
     ask: Amount, team: tenants.Team, teams: tenants.Tenants, usage: Mapping[str, Amount]
 ) -> list[Refusal]:
+    """Unit by unit, ``borrowing.UnitCheck``'s arithmetic: a unit the ask takes above the
+    nominal is refused past the borrowing limit, else when the cohort lacks the idle room."""
     by_team = team_usage(teams, usage)
     own = by_team[team.name]
     cohort = holdings.total(by_team.values())
     found: list[Refusal] = []
     for key in teams.units():
-        asked = ask[key]
-        nominal = team.nominal.get(key, 0)
-        if not asked or own[key] + asked <= nominal:
+        if not ask[key]:
+            continue
+        unit = borrowing.UnitCheck(
+            key.name,
+            ask[key],
+            own[key],
+            team.nominal.get(key, 0),
+            team.borrowing_limit.get(key),
+            cohort[key],
+            teams.cohort_nominal(key),
+        )
+        if not unit.borrowed:
             continue
         limit = team.limit(key)
-        if limit is not None and own[key] + asked > limit:
-            borrowing = team.borrowing_limit.get(key)
+        if unit.over_limit and limit is not None:
             refusal = Refusal(
                 Rule.TEAM_LIMIT,
                 team.name,
                 key.name,
                 key,
-                own[key],
-                asked,
+                unit.used,
+                unit.demand,
                 limit,
-                nominal,
-                borrowing,
+                unit.nominal,
+                unit.limit,
             )
             found.append(refusal)
-            continue
-        pool = teams.cohort_nominal(key)
-        if cohort[key] + asked > pool:
+        elif unit.short:
             refusal = Refusal(
-                Rule.NO_IDLE_CAPACITY, team.name, key.name, key, cohort[key], asked, pool, nominal
+                Rule.NO_IDLE_CAPACITY,
+                team.name,
+                key.name,
+                key,
+                unit.cohort_used,
+                unit.demand,
+                unit.pool,
+                unit.nominal,
             )
             found.append(refusal)
     return found

@@ -10,9 +10,9 @@ one that held the Lease before. A round does nothing while there are no teams. O
 
 1. **Lenders.** The pending pods (``quotagate.QuotaGate.pending``) of a team whose last
    filter refused them for lack of room only (``tenancy.Outcome.CAPACITY``: not for a
-   quota, not for a reason no eviction could help), ranked by ``fairshare.order``; only
+   quota, not for a reason no eviction could help), ranked by ``ranking.order``; only
    lenders' pods (the ``nominal`` tier: their team is below its nominal) are helped.
-2. **Victims.** For each lender, ``fairshare.reclaim`` over the running pods of the teams
+2. **Victims.** For each lender, ``reclaim.reclaim`` over the running pods of the teams
    (the cache's ``holders``): borrowers' pods only, lowest priority first, never taking a
    team below its nominal and never the lender's own team. Its ``fits`` callback runs the
    allocator (``allocator.fit``) on each node of the lender's last filter that the pod may
@@ -46,7 +46,7 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import allocator, fairshare, requests
+from vnpu_core import allocator, fairshare, ranking, reclaim, requests
 from vnpu_scheduler import cache, cluster, leader, metrics, placement, quotagate, shares, tenancy
 from vnpu_service import kubeapi
 
@@ -61,11 +61,11 @@ EVENT_REASON = "NPUCapacityReclaimed"
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One lender's reclaim: the pending pod, fairshare's answer, and the victims' holders."""
+    """One lender's reclaim: the pending pod, ``reclaim.reclaim``'s answer, and the victims' holders."""
 
     lender: tenancy.Pending
     team: str
-    answer: fairshare.Reclaim
+    answer: reclaim.Reclaim
     holders: dict[str, cache.Holder]  # by fairshare pod name (namespace/name)
 
 
@@ -179,12 +179,12 @@ class Reclaimer:
                 lenders[pod.name] = pending
                 queue.append(pod)
         plans: list[Plan] = []
-        for ranked in fairshare.order(queue, shared, fairshare.usage(running)):
-            if ranked.tier is not fairshare.Tier.NOMINAL:
+        for ranked in ranking.order(queue, shared, fairshare.usage(running)):
+            if ranked.tier is not ranking.Tier.NOMINAL:
                 continue
             lender = lenders[ranked.pod.name]
             fits = self._fits(lender, by_name, leaving)
-            answer = fairshare.reclaim(ranked.pod, shared, running, fits)
+            answer = reclaim.reclaim(ranked.pod, shared, running, fits)
             if not answer.victims:
                 log.debug("reclaim_not_possible", pod=lender.label, reason=answer.reason)
                 continue
@@ -229,7 +229,7 @@ class Reclaimer:
         by_name: dict[str, cache.Holder],
         leaving: dict[str, set[str]],
     ) -> Callable[[Sequence[fairshare.Pod]], bool]:
-        """fairshare's ``fits``: with these victims gone, does the lender fit one of its nodes?"""
+        """``reclaim.reclaim``'s ``fits``: with these victims gone, does the lender fit one of its nodes?"""
         request = lender.request
         assert request is not None  # checked by _eligible
         usable = [name for name in lender.nodes if self._usable(name, lender.pod)]
@@ -277,7 +277,7 @@ class Reclaimer:
             self._waiting[lender.uid] = evicted
             self._evicted_at[lender.uid] = time.monotonic()
 
-    async def _evict(self, plan: Plan, victim: fairshare.Victim, holder: cache.Holder) -> bool:
+    async def _evict(self, plan: Plan, victim: reclaim.Victim, holder: cache.Holder) -> bool:
         """Evict one victim; True when the API took the eviction (or the pod was gone)."""
         lender = plan.lender
         label = f"{holder.namespace}/{holder.name}"

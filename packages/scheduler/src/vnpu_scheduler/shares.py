@@ -1,14 +1,14 @@
-"""Teams as ``vnpu_core.fairshare`` sees them, built from the scheduler's quota state.
+"""Teams as fair sharing (``vnpu_core.fairshare``) sees them, built from the scheduler's quota state.
 
 ``quotagate`` (lenders first, in the filter) and ``reclaimer`` call it. A vector holds the
 unit names (``Amount.names()``) of the keys some team names in a nominal or a
 borrowingLimit (``tenants.Tenants.units``): the units the team rule covers; other units are
 not shared between teams. The cohort's capacity is the sum of every team's nominal, as in
-the team rule (``quotas.check``), so fairshare's pool is exactly that sum; whether a pod
+the team rule (``quotas.check``), so the cohort's pool is exactly that sum; whether a pod
 fits a node is the allocator's question (``reclaimer``), not the pool's.
 
 ``lender_waiting`` is the lenders-first rule: a pod that would take its team above its
-nominal waits while another team below its nominal (a lender: fairshare's ``nominal``
+nominal waits while another team below its nominal (a lender: ``ranking.order``'s ``nominal``
 tier) has pods pending that ask for a unit the pod would borrow. The answer is the sentence the filter
 shows, or '' when the pod may go.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from vnpu_core import fairshare, quotas, tenants
+from vnpu_core import borrowing, fairshare, quotas, ranking, tenants
 from vnpu_core.holdings import Amount, Key
 from vnpu_scheduler import tenancy
 
@@ -74,16 +74,16 @@ def lender_waiting(
 ) -> str:
     """Why ``pod`` waits for lenders ('' when it need not): it would borrow on a unit that a
     lender has pods waiting for (``others``, pending pods of any team, ranked by
-    ``fairshare.order``; the lenders' are those in the ``nominal`` tier)."""
-    admission = fairshare.check(pod, shared, used)
-    if admission.verdict is not fairshare.Verdict.BORROW:
-        return ""  # within its nominal (or refused by the team rule already)
-    borrowing = [unit for unit in admission.units if unit.borrowed]
-    wanted = {unit.unit for unit in borrowing}
+    ``ranking.order``; the lenders' are those in the ``nominal`` tier)."""
+    admission = borrowing.check(pod, shared, used)
+    if admission.verdict is not borrowing.Verdict.BORROW:
+        return ""  # borrows no idle room: within its nominal, or check does not admit it
+    borrowed = [unit for unit in admission.units if unit.borrowed]
+    wanted = {unit.unit for unit in borrowed}
     waiting = [p for p in others if p.team != pod.team]
     lenders: dict[str, Vector] = {}
-    for ranked in fairshare.order(waiting, shared, used):
-        if ranked.tier is not fairshare.Tier.NOMINAL:
+    for ranked in ranking.order(waiting, shared, used):
+        if ranked.tier is not ranking.Tier.NOMINAL:
             continue
         asks = {u: n for u, n in ranked.pod.demand.items() if u in wanted and n > 0}
         if asks:
@@ -92,7 +92,7 @@ def lender_waiting(
                 held[unit] = held.get(unit, 0) + amount
     if not lenders:
         return ""
-    above = "; ".join(f"{u.borrowed} {u.unit} above its nominal {u.nominal}" for u in borrowing)
+    above = "; ".join(f"{u.borrowed} {u.unit} above its nominal {u.nominal}" for u in borrowed)
     who = " and ".join(
         f"team {team}, below its nominal, has {_amounts(asks)} pending"
         for team, asks in sorted(lenders.items())
