@@ -136,12 +136,6 @@ kind: ResourceQuota
 metadata: {name: npu, namespace: quota}
 spec:
   hard: {requests.huawei.com/Ascend310P-memory: "6144"}
----
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: npu-limits, namespace: quota}
-spec:
-  hard: {limits.huawei.com/Ascend310P-memory: "1"}
 """
     cluster.ctl.run(["apply", "-f", str(cluster.write(quota))])
 
@@ -170,9 +164,33 @@ spec:
     with pytest.raises(kubectl.KubectlError, match="exceeded quota: npu,"):
         cluster.ctl.run(["create", "-f", str(cluster.write(pod("c", 1000)))])
     # Kubernetes quotas extended resources by requests only: a limits.<extended> hard limit is
-    # accepted, never counted and never enforced (two pods passed its limit of 1).
-    limits = cluster.ctl.json(["get", "resourcequota", "-n", "quota", "npu-limits"])
-    assert f"limits.{MEMORY}" not in limits.get("status", {}).get("used", {})
+    # accepted, never counted and never enforced by it. vnpu reads it as the real total of the
+    # model's memory and enforces it: a request that alone passes it is denied at admission.
+    limits = """\
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: npu-limits, namespace: quota}
+spec:
+  hard: {limits.huawei.com/Ascend310P-memory: "1"}
+"""
+    cluster.ctl.run(["apply", "-f", str(cluster.write(limits))])
+    counted = cluster.ctl.json(["get", "resourcequota", "-n", "quota", "npu-limits"])
+    assert f"limits.{MEMORY}" not in counted.get("status", {}).get("used", {})
+
+    def denied() -> str:
+        try:
+            cluster.ctl.run(
+                ["create", "--dry-run=server", "-f", str(cluster.write(pod("d", 1000)))]
+            )
+        except kubectl.KubectlError as exc:
+            return str(exc)
+        return ""
+
+    message = cluster.wait_for(denied, "vnpu's webhook applying npu-limits", 30)
+    assert (
+        "the request alone exceeds its NPU quota: quota quota/npu-limits "
+        "limits.huawei.com/Ascend310P-memory: used 0 + asked 3072 > limit 1 MiB"
+    ) in message
     cluster.ctl.run(["delete", "namespace", "quota", "--wait=false"])
 
 
