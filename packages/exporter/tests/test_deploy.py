@@ -98,7 +98,7 @@ def test_the_dashboards_cover_what_operators_asked_for() -> None:
         "Memory: used, nominal, limit",
         "Borrowed (held above nominal)",
         "Pending demand",
-        "Share over time (dominant unit)",
+        "Weighted dominant share",
         "AI-core-hours per team",
         "MiB-hours per team",
         "NPU-hours per namespace",
@@ -234,6 +234,8 @@ def _scheduler() -> dict[str, tuple[str, tuple[str, ...]]]:
         aicore_seconds={"ml": 60.0},
         memory_mib_seconds={"ml": 6144.0},
         team_of={"ml": "vision"},
+        weights={"vision": 2.0},
+        shares={"vision": 0.25},
     )
     collected = [
         *scheduler_metrics.AllocationCollector(lambda: snapshot).collect(),

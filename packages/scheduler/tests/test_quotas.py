@@ -197,6 +197,9 @@ def test_teams_borrow_idle_capacity_up_to_their_limit(
     assert 'vnpu_scheduler_team_nominal{team="vision",unit="aicore"} 8.0' in text
     assert 'vnpu_scheduler_team_limit{team="vision",unit="aicore"} 16.0' in text
     assert 'vnpu_scheduler_team_pending{team="vision",unit="aicore"}' in text
+    assert 'vnpu_scheduler_team_weight{team="vision"} 1.0' in text
+    # vision holds 8 of the cohort's 16 nominal AI cores, at weight 1.
+    assert 'vnpu_scheduler_team_dominant_share{team="vision"} 0.5' in text
     assert 'vnpu_scheduler_namespace_aicore_seconds_total{namespace="vision",team="vision"}' in text
 
 

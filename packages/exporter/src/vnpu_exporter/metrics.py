@@ -253,6 +253,8 @@ SCHED_TEAM_NOMINAL = _g("vnpu_scheduler_team_nominal", "A team's nominal (guaran
 SCHED_TEAM_LIMIT = _g("vnpu_scheduler_team_limit", "A team's nominal + borrowingLimit, by unit; absent when it may borrow without limit.", ("team", "unit"))
 SCHED_TEAM_BORROWED = _g("vnpu_scheduler_team_borrowed", "What a team holds above its nominal share, by unit.", ("team", "unit"))
 SCHED_TEAM_PENDING = _g("vnpu_scheduler_team_pending", "What a team's pods waiting to be bound ask for, by unit.", ("team", "unit"))
+SCHED_TEAM_WEIGHT = _g("vnpu_scheduler_team_weight", "A team's fair-share weight.", ("team",))
+SCHED_TEAM_SHARE = _g("vnpu_scheduler_team_dominant_share", "A team's weighted dominant share: its largest used / cohort nominal, divided by its weight.", ("team",))
 SCHED_NAMESPACE_USED = _g("vnpu_scheduler_namespace_used", "What a namespace's bound pods hold, by unit.", ("namespace", "unit"))
 SCHED_NAMESPACE_PENDING = _g("vnpu_scheduler_namespace_pending", "What a namespace's pods waiting to be bound ask for, by unit.", ("namespace", "unit"))
 SCHED_AICORE_SECONDS = _c("vnpu_scheduler_namespace_aicore_seconds", "AI-core-seconds held by a namespace's pods; team is empty for a namespace in no team.", ("namespace", "team"))
@@ -266,6 +268,7 @@ SCHEDULER: tuple[Definition, ...] = (
     SCHED_QUOTA_REFUSALS, SCHED_QUOTA_LIMIT, SCHED_QUOTA_USED, SCHED_TEAM_USED, SCHED_TEAM_NOMINAL,
     SCHED_TEAM_LIMIT, SCHED_TEAM_BORROWED, SCHED_TEAM_PENDING, SCHED_NAMESPACE_USED,
     SCHED_NAMESPACE_PENDING, SCHED_AICORE_SECONDS, SCHED_MEMORY_MIB_SECONDS, SCHED_TENANTS_OK,
+    SCHED_TEAM_WEIGHT, SCHED_TEAM_SHARE,
 )
 """Scheduler metrics the dashboards and alerts use (checked against vnpu_scheduler.metrics)."""
 

@@ -277,6 +277,8 @@ class QuotaSnapshot:
     aicore_seconds: dict[str, float] = field(default_factory=dict)  # by namespace
     memory_mib_seconds: dict[str, float] = field(default_factory=dict)
     team_of: dict[str, str] = field(default_factory=dict)  # namespace -> team
+    weights: dict[str, float] = field(default_factory=dict)  # team -> fair-share weight
+    shares: dict[str, float] = field(default_factory=dict)  # team -> weighted dominant share
     tenants_ok: bool = True
 
 
@@ -327,6 +329,18 @@ class QuotaCollector(Collector):
                 team["limit"].add_metric(list(slot), held.limit)
             team["borrowed"].add_metric(list(slot), held.borrowed)
             team["pending"].add_metric(list(slot), snapshot.team_pending.get(slot, 0))
+        weight = GaugeMetricFamily(
+            "vnpu_scheduler_team_weight", "A team's fair-share weight.", labels=["team"]
+        )
+        share = GaugeMetricFamily(
+            "vnpu_scheduler_team_dominant_share",
+            "A team's weighted dominant share: its largest used / cohort nominal over the units "
+            "teams share, divided by its weight (fair sharing evens these out).",
+            labels=["team"],
+        )
+        for name, value in sorted(snapshot.weights.items()):
+            weight.add_metric([name], value)
+            share.add_metric([name], snapshot.shares.get(name, 0.0))
         namespace_used = GaugeMetricFamily(
             "vnpu_scheduler_namespace_used",
             "What a namespace's bound pods hold, by unit (AI cores, MiB, and per chip model).",
@@ -365,6 +379,8 @@ class QuotaCollector(Collector):
         yield limit
         yield used
         yield from team.values()
+        yield weight
+        yield share
         yield namespace_used
         yield namespace_pending
         yield from seconds.values()

@@ -32,7 +32,7 @@ from typing import Any
 
 import structlog
 
-from vnpu_core import fairshare, holdings, quotas, requests
+from vnpu_core import fairshare, holdings, quotas, ranking, requests
 from vnpu_scheduler import cache, cluster, metrics, shares, tenancy
 from vnpu_service import kubeapi
 
@@ -186,6 +186,12 @@ class QuotaGate:
                     slot = (team, key.name)
                     team_pending[slot] = team_pending.get(slot, 0) + ask[key]
         aicore, memory = self.meter.totals()
+        capacity = shares.cohort(teams).capacity
+        by_team = shares.team_usage(teams, usage)
+        weighted = {
+            t.name: ranking.dominant_share(by_team.get(t.name, {}), capacity, t.weight).value
+            for t in teams.teams
+        }
         return metrics.QuotaSnapshot(
             limits=quotas.quota_standings(self.book.applied(), usage),
             teams=quotas.team_standings(teams, usage),
@@ -196,6 +202,8 @@ class QuotaGate:
             memory_mib_seconds=memory,
             team_of=team_of,
             tenants_ok=not self.book.tenants_status.error,
+            weights={t.name: t.weight for t in teams.teams},
+            shares=weighted,
         )
 
 

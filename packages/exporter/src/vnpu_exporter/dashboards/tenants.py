@@ -69,25 +69,21 @@ def tenants() -> g.Dashboard:
                 "reclaim is not working or capacity is fragmented.",
             ),
             g.Panel(
-                "Share over time (dominant unit)",
+                "Weighted dominant share",
                 (
+                    g.Query(f"max by (team) ({_team(m.SCHED_TEAM_SHARE)})", "{{team}}"),
                     g.Query(
                         f"max by (team) ({_team(m.SCHED_TEAM_USED)}"
                         f" / ({_team(m.SCHED_TEAM_NOMINAL)} > 0))",
                         "{{team}} of its nominal",
                     ),
-                    g.Query(
-                        f"max by (team) ({_team(m.SCHED_TEAM_USED)}"
-                        " / on (unit) group_left () sum by (unit) "
-                        f"(max by (team, unit) ({g.series(m.SCHED_TEAM_NOMINAL)})))",
-                        "{{team}} of the cohort",
-                    ),
                 ),
                 unit="percentunit",
-                description="A team's largest used/nominal over its units (1 = at its guarantee, "
-                "above = borrowing), and its largest share of the cohort (every team's nominal "
-                "together). The scheduler orders pending pods by dominant share divided by the "
-                "team's weight; weights are in the tenants config, not in the metrics.",
+                description="A team's largest use over the units teams share, as a part of the "
+                "cohort (every team's nominal together), divided by its weight "
+                "(vnpu_scheduler_team_weight): the number fair sharing evens out between "
+                "backlogged teams. Beside it, the largest used/nominal (1 = at its guarantee, "
+                "above = borrowing).",
                 width=24,
             ),
         ),
