@@ -56,7 +56,9 @@ def test_an_eviction_honours_its_delete_options(raw: Any, pod: Any, unique: Any)
     assert raw.json("GET", f"{PODS}/{name}")[0] == 404
 
 
-def test_evicting_a_missing_pod_is_404_and_a_wrong_name_400(raw: Any, pod: Any, unique: Any) -> None:
+def test_evicting_a_missing_pod_is_404_and_a_wrong_name_400(
+    raw: Any, pod: Any, unique: Any
+) -> None:
     status, missing = raw.json("POST", f"{PODS}/nobody/eviction", _eviction("nobody"))
     assert status == 404
     assert missing["message"] == 'pods "nobody" not found'
