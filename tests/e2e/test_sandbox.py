@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 import urllib.request
 from typing import Any
 
@@ -410,6 +411,78 @@ def test_a_namespace_quota_holds_pods_back_and_says_which(sandbox: Any) -> None:
     assert pods["third"]["spec"]["nodeName"] == "duo"
     sandbox.ctl.run(["delete", "pods", "--all", "-n", "quota-demo", "--wait=false"])
     sandbox.wait_for(lambda: not sandbox.pods("quota-demo"), "the quota pods gone", 30)
+
+
+TEAMS = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: vnpu-scheduler-tenants, namespace: kube-system}
+data:
+  tenants.yaml: |
+    teams:
+      - {name: a, namespaces: [team-a], nominal: {Ascend910B3-chips: 4}}
+      - {name: b, namespaces: [team-b], nominal: {Ascend910B3-chips: 4}}
+"""
+
+
+def _team_pods(namespace: str, count: int, start: int = 0) -> str:
+    return "".join(
+        f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: job-{i}, namespace: {namespace}}}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers: [{{name: c, image: x, resources: {{limits: {{huawei.com/Ascend910B3: 1}}}}}}]
+"""
+        for i in range(start, start + count)
+    )
+
+
+def _phases(sandbox: Any, namespace: str) -> dict[str, str]:
+    return {n: p.get("status", {}).get("phase", "") for n, p in sandbox.pods(namespace).items()}
+
+
+def test_a_team_below_its_nominal_gets_borrowed_chips_back(sandbox: Any) -> None:
+    """b borrows a's idle nominal (six of a2's eight chips); when a's four pods arrive, two
+    fit and the scheduler evicts b's two newest pods for the other two."""
+    sandbox.apply(TEAMS)
+    sandbox.apply(_team_pods("team-b", 4))
+    time.sleep(1.1)  # creation times have whole seconds: job-4 and job-5 are the newest
+    sandbox.apply(_team_pods("team-b", 2, start=4))
+    sandbox.wait_for(
+        lambda: list(_phases(sandbox, "team-b").values()).count("Running") == 6 or None,
+        "b's six pods Running",
+        60,
+    )
+    sandbox.apply(_team_pods("team-a", 4))
+    sandbox.wait_for(
+        lambda: list(_phases(sandbox, "team-a").values()).count("Running") == 4 or None,
+        "a's four pods Running",
+        120,
+    )
+    left = _phases(sandbox, "team-b")
+    assert sorted(n for n, phase in left.items() if phase == "Running") == [
+        f"job-{i}" for i in range(4)
+    ]
+    events = sandbox.ctl.items(["get", "events", "-n", "team-b"])
+    reclaimed = [e for e in events if e.get("reason") == "NPUCapacityReclaimed"]
+    assert sorted(e["involvedObject"]["name"] for e in reclaimed) == ["job-4", "job-5"]
+    assert all("to team a" in e["message"] for e in reclaimed), reclaimed
+    for namespace in ("team-a", "team-b"):
+        sandbox.ctl.run(["delete", "pods", "--all", "-n", namespace, "--wait=false"])
+    sandbox.ctl.run(["delete", "configmap", "vnpu-scheduler-tenants", "-n", "kube-system"])
+    sandbox.wait_for(
+        lambda: not sandbox.pods("team-a") and not sandbox.pods("team-b"), "the team pods gone", 60
+    )
 
 
 def test_second_up_on_a_live_directory_is_refused(sandbox: Any) -> None:

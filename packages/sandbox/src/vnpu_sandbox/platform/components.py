@@ -21,6 +21,8 @@ import yaml
 from vnpu_sandbox.platform import clusterfile, layout
 
 LOOPBACK = "127.0.0.1"
+TENANTS_NAMESPACE = "kube-system"
+TENANTS_CONFIG_MAP = "vnpu-scheduler-tenants"  # the chart's name for it (key tenants.yaml)
 PLUGIN_REPORT_RETRY_SECONDS = 1.0
 REGISTER_TIMEOUT_SECONDS = 120.0
 """How long a simulated kubelet retries registering its Node with a real kube-apiserver."""
@@ -158,6 +160,11 @@ def services(
                 LOOPBACK,
                 "--port",
                 str(ports.scheduler),
+                # as the chart installs it in kube-system: the quota Leases and the teams
+                "--lock-namespace",
+                TENANTS_NAMESPACE,
+                "--tenants-config",
+                f"{TENANTS_NAMESPACE}/{TENANTS_CONFIG_MAP}",
                 *scheduler_flags,
             ),
             url(ports.scheduler, "/readyz"),
