@@ -349,17 +349,7 @@ class KubeCluster:
             },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        try:
-            response: Any = self._core.create_namespaced_pod_binding(
-                name,
-                namespace,
-                cast(Any, body),
-                _preload_content=False,
-                _request_timeout=_limit(self._timeout),
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        _drain(response)
+        self._post(self._core.create_namespaced_pod_binding, what, name, namespace, body=body)
 
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None:
         """A core/v1 Event about ``pod`` (``kind``: Normal or Warning), as kubectl describe shows."""
@@ -388,16 +378,7 @@ class KubeCluster:
             "count": 1,
         }
         what = f"record event {reason} on pod {namespace}/{meta.get('name')}"
-        try:
-            response: Any = self._core.create_namespaced_event(
-                namespace,
-                cast(Any, body),
-                _preload_content=False,
-                _request_timeout=_limit(self._timeout),
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        _drain(response)
+        self._post(self._core.create_namespaced_event, what, namespace, body=body)
 
     def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """POST a policy/v1 Eviction for the pod with this ``uid`` (a pod of the same name
@@ -410,10 +391,13 @@ class KubeCluster:
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
+        self._post(self._core.create_namespaced_pod_eviction, what, name, namespace, body=body)
+
+    def _post(self, create: Callable[..., Any], what: str, *where: str, body: Json) -> None:
+        """A create call whose answer is not needed: errors translated, the answer drained."""
         try:
-            response: Any = self._core.create_namespaced_pod_eviction(
-                name,
-                namespace,
+            response: Any = create(
+                *where,
                 cast(Any, body),
                 _preload_content=False,
                 _request_timeout=_limit(self._timeout),

@@ -41,7 +41,8 @@ Runner = Callable[..., Awaitable[Any]]
 _MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
-def _now() -> str:
+def timestamp() -> str:
+    """Now as a Lease's MicroTime (RFC 3339 in UTC with microseconds)."""
     return datetime.now(UTC).strftime(_MICRO)
 
 
@@ -88,7 +89,7 @@ class LeaderLease:
         metadata: Json = {"name": self.name, "namespace": self.namespace}
         if version:
             metadata["resourceVersion"] = version
-        now = _now()
+        now = timestamp()
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

@@ -24,12 +24,11 @@ import contextlib
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
 
-from vnpu_scheduler import cluster, errors
+from vnpu_scheduler import cluster, errors, leader
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
@@ -37,30 +36,10 @@ Json = dict[str, Any]
 Runner = Callable[..., Awaitable[Any]]
 POLL_SECONDS = 0.05
 TEAMS = "teams"  # the scope of every namespace in a team
-_MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def lease_name(scope: str) -> str:
     return "vnpu-quota-teams" if scope == TEAMS else f"vnpu-quota.{scope}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime(_MICRO)
-
-
-def _expired(lease: Json) -> bool:
-    spec = lease.get("spec") or {}
-    renewed = spec.get("renewTime") or spec.get("acquireTime")
-    duration = spec.get("leaseDurationSeconds")
-    if not renewed or not isinstance(duration, int):
-        return True
-    try:  # RFC 3339 with Z or an offset: the Python client sends ours as +00:00
-        when = datetime.fromisoformat(str(renewed))
-    except ValueError:
-        return True
-    if when.tzinfo is None:
-        return True
-    return datetime.now(UTC) > when + timedelta(seconds=duration)
 
 
 class QuotaLocks:
@@ -77,7 +56,7 @@ class QuotaLocks:
         metadata: Json = {"name": name, "namespace": self._namespace}
         if version:
             metadata["resourceVersion"] = version
-        now = _now()
+        now = leader.timestamp()
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -120,7 +99,7 @@ class QuotaLocks:
                     "(--lock-namespace) does not exist",
                 ) from exc
             current = await self._run(self._api.get_lease, self._namespace, name)
-            if current is not None and _expired(current):
+            if current is not None and leader.expired(current):
                 version = str((current.get("metadata") or {}).get("resourceVersion") or "")
                 try:
                     taken = await self._run(
