@@ -297,13 +297,6 @@ class Demand:
                     del self._asks[uid]
             return list(self._asks.values())
 
-    def by_namespace(self, bound: Iterable[str] = ()) -> dict[str, Amount]:
-        """Pending asks by namespace; pods in ``bound`` or unseen for PENDING_SECONDS drop out."""
-        found: dict[str, Amount] = {}
-        for known in self.pending(bound):
-            found[known.namespace] = found.get(known.namespace, holdings.ZERO).plus(known.ask)
-        return found
-
     def uids(self) -> list[str]:
         with self._lock:
             return list(self._asks)
