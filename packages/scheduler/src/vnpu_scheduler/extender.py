@@ -176,9 +176,12 @@ class Extender:
             self._recent.popitem(last=False)
 
     def _verdicts(
-        self, args: wire.ExtenderArgs
+        self, args: wire.ExtenderArgs, quota: bool = True
     ) -> dict[str, tuple[Verdict, cache.NodeState | None]] | None:
-        """Per candidate node; None when the pod asks for no NPU (every node passes)."""
+        """Per candidate node; None when the pod asks for no NPU (every node passes).
+
+        ``quota`` applies the quota check (the filter's; prioritize scores only the nodes the
+        filter passed, and the bind checks the quota again)."""
         self._remember(args.Pod)
         names = wire.candidate_names(args)
         try:
@@ -200,7 +203,7 @@ class Extender:
         for name in names:
             state = states.get(name)
             found[name] = (judge(state, name, pod, self._policy, key), state)
-        if all(not v.fits and v.unresolvable for v, _ in found.values()):
+        if not quota or all(not v.fits and v.unresolvable for v, _ in found.values()):
             return found  # no node could ever take it: that is the explanation, not a quota
         held_back = self._quota(args.Pod, pod)
         if held_back:  # no node can help, and evicting other namespaces' pods would not either
@@ -241,7 +244,7 @@ class Extender:
 
     def prioritize(self, args: wire.ExtenderArgs) -> list[Json]:
         """0-10 per node; a node busy with a bind scores LOCK_PENALTY lower."""
-        verdicts = self._verdicts(args)
+        verdicts = self._verdicts(args, quota=False)
         if verdicts is None:
             return wire.priority_list(dict.fromkeys(wire.candidate_names(args), 0))
         scores = {}
