@@ -31,18 +31,8 @@ NOT_FOR_QUOTA = "must be a standard resource for quota"
 NEGATIVE = "must be greater than or equal to 0"
 NOT_INTEGER = "must be an integer"
 
-_STANDARD_FOR_QUOTA = frozenset(
+_COUNTED = frozenset(  # object counts: whole numbers only
     {
-        "cpu",
-        "memory",
-        "ephemeral-storage",
-        "requests.cpu",
-        "requests.memory",
-        "requests.storage",
-        "requests.ephemeral-storage",
-        "limits.cpu",
-        "limits.memory",
-        "limits.ephemeral-storage",
         "pods",
         "resourcequotas",
         "services",
@@ -54,20 +44,19 @@ _STANDARD_FOR_QUOTA = frozenset(
         "services.loadbalancers",
     }
 )
+_STANDARD_FOR_QUOTA = _COUNTED | {
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.storage",
+    "requests.ephemeral-storage",
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+}
 _STANDARD = _STANDARD_FOR_QUOTA | {"storage"}
-_COUNTED = frozenset(
-    {
-        "pods",
-        "resourcequotas",
-        "services",
-        "replicationcontrollers",
-        "secrets",
-        "persistentvolumeclaims",
-        "configmaps",
-        "services.nodeports",
-        "services.loadbalancers",
-    }
-)
 
 
 def _huge_pages(name: str) -> bool:
