@@ -114,7 +114,7 @@ def prompt(node: Node, kit: Kit) -> Node:
     return node
 
 
-def test_a_deleted_pods_vnpus_leave_the_chip_and_the_ledger_within_two_seconds(
+def test_a_deleted_pods_vnpus_leave_the_chip_and_the_ledger_through_the_watch(
     prompt: Node, kit: Kit
 ) -> None:
     node = prompt
@@ -122,10 +122,9 @@ def test_a_deleted_pods_vnpus_leave_the_chip_and_the_ledger_within_two_seconds(
     kit.wait_for(lambda: node.running("gone"), what="gone running")
     assert len(node.vnpus()) == 2
     assert len(node.ledger()) == 2
-    start = time.monotonic()
     node.api.delete_pod("gone")
-    kit.wait_for(lambda: node.vnpus() == [] and node.ledger() == [], timeout=2.0, what="reclaim")
-    assert time.monotonic() - start < 2.0
+    # The periodic pass is an hour away: only the watch can have reclaimed them.
+    kit.wait_for(lambda: node.vnpus() == [] and node.ledger() == [], what="reclaim")
     assert _by_trigger(node, "watch") == 2
     assert _sample(node, "vnpu_device_plugin_vnpus_reclaimed_total", reason="owner_gone") == 2
 
@@ -135,7 +134,7 @@ def test_a_finished_pods_vnpu_is_reclaimed_by_the_watch(prompt: Node, kit: Kit) 
     node.api.place("job", [[_grant(kit, 1, "vir04")]])
     kit.wait_for(lambda: node.running("job"), what="job running")
     node.kubelet.complete_pod("default", "job")
-    kit.wait_for(lambda: node.vnpus() == [] and node.ledger() == [], timeout=2.0, what="reclaimed")
+    kit.wait_for(lambda: node.vnpus() == [] and node.ledger() == [], what="reclaimed")
     assert _sample(node, "vnpu_device_plugin_vnpus_reclaimed_total", reason="owner_finished") == 1
     assert _by_trigger(node, "watch") == 1
 
@@ -283,7 +282,7 @@ def test_a_broken_watch_is_logged_once_and_restored_with_backoff(
     node.api.place("after", [[_grant(kit, 1, "vir02")]])
     kit.wait_for(lambda: node.running("after"), what="after running")
     node.api.delete_pod("after")
-    kit.wait_for(lambda: node.vnpus() == [], timeout=2.0, what="reclaimed through the new watch")
+    kit.wait_for(lambda: node.vnpus() == [], what="reclaimed through the new watch")
     assert _by_trigger(node, "watch") == 1
 
 

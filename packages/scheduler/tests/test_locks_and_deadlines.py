@@ -71,13 +71,13 @@ def node_and_pod(kube: Any, make: Any) -> None:
 def test_a_lock_dated_in_the_future_is_taken_over(
     kube: Any, make: Any, start_scheduler: Any, node_and_pod: None, owner: Any
 ) -> None:
-    scheduler = start_scheduler(lock_wait=0.5, lock_ttl=300.0)
+    scheduler = start_scheduler(lock_wait=5.0, lock_ttl=300.0)
     kube.add_pod(make.npu_pod("done", annotations={"hami.io/bind-phase": "success"}))
     future = _lock(owner, ahead_seconds=3600)
     kube.annotate_node("n1", {LOCK: future})
     started = time.monotonic()
     assert _bind(scheduler, kube, "job") == ""
-    assert time.monotonic() - started < 0.5  # no waiting on a lock nobody holds
+    assert time.monotonic() - started < 5.0  # no waiting out --lock-wait on a lock nobody holds
     assert _notes(kube)[LOCK].endswith(",default,job")
     assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="future") == 1
     scheduler.wait_for(lambda: any(e["reason"] == "NPULockTakenOver" for e in kube.events("job")))
@@ -234,7 +234,8 @@ def test_a_binding_the_api_never_answers_is_rolled_back_at_the_deadline(
         "bind of pod default/job to node n1 did not finish in time (--bind-timeout 3 s); "
         "nothing was bound; the node lock it took was released"
     )
-    assert 1.0 <= took < 3.0 + 0.5  # its work stopped at 1 s, the answer came within 3 s
+    # Its work stopped at 1 s and it answered by its deadline; with none it would never answer.
+    assert 1.0 <= took < 3.0 + 2.0
     assert any("/binding" in line for line in proxy.seen)  # it did get as far as the Binding
     assert LOCK not in _notes(kube)
     time.sleep(0.3)
@@ -245,7 +246,7 @@ def test_a_binding_the_api_never_answers_is_rolled_back_at_the_deadline(
     scheduler.wait_for(lambda: any(e["reason"] == "NPUBindFailed" for e in kube.events("job")))
 
 
-@pytest.mark.parametrize("slow_api", [{"late": "/binding", "late_seconds": 6.0}], indirect=True)
+@pytest.mark.parametrize("slow_api", [{"late": "/binding", "late_seconds": 9.0}], indirect=True)
 def test_a_binding_answered_late_is_a_success_when_it_landed(
     kube: Any, start_scheduler: Any, slow_api: Any, node_and_pod: None
 ) -> None:
@@ -254,7 +255,7 @@ def test_a_binding_answered_late_is_a_success_when_it_landed(
     scheduler = start_scheduler(kubeconfig=kubeconfig, bind_timeout=3.0, lock_wait=0.5)
     started = time.monotonic()
     assert _bind(scheduler, kube, "job") == ""
-    assert time.monotonic() - started < 3.0 + 0.5
+    assert time.monotonic() - started < 3.0 + 2.0  # the API's answer would have come at 9 s
     pod = kube.pod("job")
     assert pod["spec"]["nodeName"] == "n1"
     assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
@@ -281,7 +282,7 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(timed, ("a", "b", "c")))
     for error, took in results:
-        assert took < 3.0 + 0.5, (error, took)
+        assert took < 3.0 + 2.0, (error, took)
         assert error.startswith("node n1 is locked by pod default/other") or error == (
             f"bind of pod {error.split()[3]} to node n1 did not finish in time "
             "(--bind-timeout 3 s); nothing was bound"

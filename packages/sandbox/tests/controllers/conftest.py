@@ -26,7 +26,7 @@ Json = dict[str, Any]
 FAST = manager.Settings(request_timeout=5.0, watch_timeout=30, max_backoff=0.5, settle_seconds=1.0)
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> Any:
+def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> Any:
     """Poll ``predicate`` every 20 ms until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout
     while True:

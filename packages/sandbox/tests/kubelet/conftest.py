@@ -236,7 +236,7 @@ def make_plugin(sock_dir: Path) -> Iterator[Callable[..., Plugin]]:
         plugin.stop()
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
     """Poll ``predicate`` every 20 ms until it is truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
