@@ -375,9 +375,13 @@ def platform() -> Iterator[Platform]:
                         ),
                         timeout=20,
                     )
-                    time.sleep(
-                        2.5
-                    )  # a few more scrapes, so rate() windows hold two samples or more
+                    _wait(  # rate() over the dashboards' 15 s windows needs two samples or more
+                        "three scrapes of every target",
+                        lambda: (
+                            len(platform.query('count_over_time(up{job=~"vnpu-.*"}[15s]) >= 3'))
+                            == 3
+                        ),
+                    )
                     yield platform
                 except BaseException:
                     print(platform.logs())
