@@ -283,6 +283,27 @@ class Cluster:
         )
         return self._wrote(kind, patched)
 
+    def replace_status(self, kind: Kind, obj: Json, status: Json) -> None:
+        """Give ``obj`` the status ``status`` if it has another: a merge patch of the status
+        subresource that also clears the fields only the old status had. An object gone
+        meanwhile is no error (its deletion is an event of its own)."""
+        before = obj.get("status") or {}
+        if status == before:
+            return
+        metadata = obj.get("metadata") or {}
+        patch = {"status": {**{k: None for k in before if k not in status}, **status}}
+        try:
+            self.patch(
+                kind,
+                str(metadata.get("namespace", "")),
+                str(metadata["name"]),
+                patch,
+                subresource="status",
+            )
+        except errors.ApiError as exc:
+            if not exc.not_found:
+                raise
+
     def delete(
         self,
         kind: Kind,

@@ -76,20 +76,10 @@ class DeploymentController:
             queue.add((TOPIC, namespace, name))
 
         def on_replica_set(event_type: str, old: Json | None, new: Json | None) -> None:
-            for replica_set in (old, new):
-                if replica_set is None:
-                    continue
-                namespace = str(ownership.metadata(replica_set).get("namespace", ""))
-                ref = ownership.controller_of(replica_set)
-                if ref is not None:
-                    if ref.get("kind") == "Deployment":
-                        queue.add((TOPIC, namespace, str(ref.get("name"))))
-                elif replica_set is new:
-                    labels = ownership.labels_of(replica_set)
-                    for candidate in self._deployments.items(namespace):
-                        selector = (candidate.get("spec") or {}).get("selector")
-                        if ownership.selector_matches(selector, labels):
-                            queue.add((TOPIC, namespace, informer.key_of(candidate)[1]))
+            for namespace, name in ownership.owners_concerned(
+                old, new, cluster.DEPLOYMENTS, self._deployments.items
+            ):
+                queue.add((TOPIC, namespace, name))
 
         def on_pod(event_type: str, old: Json | None, new: Json | None) -> None:
             if event_type != "DELETED" or old is None:
@@ -385,19 +375,5 @@ class DeploymentController:
             and not ownership.being_deleted(deployment)
         ):
             self._clean_up(deployment, old)
-        before = deployment.get("status") or {}
-        if state != before:
-            meta = ownership.metadata(deployment)
-            patch = {"status": {**{k: None for k in before if k not in state}, **state}}
-            try:
-                self._api.patch(
-                    cluster.DEPLOYMENTS,
-                    str(meta.get("namespace", "")),
-                    str(meta["name"]),
-                    patch,
-                    subresource="status",
-                )
-            except errors.ApiError as exc:
-                if not exc.not_found:
-                    raise
+        self._api.replace_status(cluster.DEPLOYMENTS, deployment, state)
         return again

@@ -5,15 +5,17 @@ with :func:`claim`, kube-controller-manager's ControllerRefManager rules: an obj
 controller reference names the owner is the owner's while the owner's selector matches it
 (released otherwise, by removing the reference); an object with no controller reference
 that the selector matches is adopted (the reference added), unless either side is being
-deleted. The garbage collector reads references with :func:`references`. Pod state helpers
-(active, ready, available) are here too, because both controllers count pods the same way.
+deleted. Their event handlers find the owners a dependent's change concerns with
+:func:`owners_concerned`; the garbage collector reads references with :func:`references`.
+Pod state helpers (active, ready, available) are here too, because both controllers count
+pods the same way.
 """
 
 from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnpu_sandbox.controllers import cluster, errors
@@ -183,6 +185,34 @@ def claim(
         if adopted is not None:
             owned.append(adopted)
     return owned
+
+
+def owners_concerned(
+    old: Json | None,
+    new: Json | None,
+    owner_kind: cluster.Kind,
+    owners: Callable[[str], list[Json]],
+    *,
+    adoptable: Callable[[Json], bool] = lambda dependent: True,
+) -> list[tuple[str, str]]:
+    """The owners, as (namespace, name), that a dependent's event concerns: the controller
+    of its old and of its new state when it is an ``owner_kind``, and for a new orphan that
+    is ``adoptable``, each of ``owners(namespace)`` whose selector matches it (may adopt it)."""
+    concerned: list[tuple[str, str]] = []
+    for dependent in (old, new):
+        if dependent is None:
+            continue
+        namespace = str(metadata(dependent).get("namespace", ""))
+        ref = controller_of(dependent)
+        if ref is not None:
+            if ref.get("kind") == owner_kind.kind:
+                concerned.append((namespace, str(ref.get("name"))))
+        elif dependent is new and adoptable(dependent):
+            labels = labels_of(dependent)
+            for owner in owners(namespace):
+                if selector_matches((owner.get("spec") or {}).get("selector"), labels):
+                    concerned.append((namespace, str(metadata(owner).get("name", ""))))
+    return concerned
 
 
 def _patch_ignoring_gone(

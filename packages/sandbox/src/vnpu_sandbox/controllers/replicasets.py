@@ -102,20 +102,14 @@ class ReplicaSetController:
             queue.add((TOPIC, namespace, name))
 
         def on_pod(event_type: str, old: Json | None, new: Json | None) -> None:
-            for pod in (old, new):
-                if pod is None:
-                    continue
-                namespace = str(ownership.metadata(pod).get("namespace", ""))
-                ref = ownership.controller_of(pod)
-                if ref is not None:
-                    if ref.get("kind") == "ReplicaSet":
-                        queue.add((TOPIC, namespace, str(ref.get("name"))))
-                elif pod is new and ownership.pod_active(pod):
-                    labels = ownership.labels_of(pod)
-                    for candidate in self._replica_sets.items(namespace):
-                        selector = (candidate.get("spec") or {}).get("selector")
-                        if ownership.selector_matches(selector, labels):
-                            queue.add((TOPIC, namespace, informer.key_of(candidate)[1]))
+            for namespace, name in ownership.owners_concerned(
+                old,
+                new,
+                cluster.REPLICASETS,
+                self._replica_sets.items,
+                adoptable=ownership.pod_active,
+            ):
+                queue.add((TOPIC, namespace, name))
 
         self._replica_sets.add_handler(on_replica_set)
         self._pods.add_handler(on_pod)
@@ -239,21 +233,7 @@ class ReplicaSetController:
             )
         if conditions:
             status["conditions"] = conditions
-        if status == old:
-            return
-        patch = {"status": {**{k: None for k in old if k not in status}, **status}}
-        meta = ownership.metadata(replica_set)
-        try:
-            self._api.patch(
-                cluster.REPLICASETS,
-                str(meta.get("namespace", "")),
-                str(meta["name"]),
-                patch,
-                subresource="status",
-            )
-        except errors.ApiError as exc:
-            if not exc.not_found:
-                raise
+        self._api.replace_status(cluster.REPLICASETS, replica_set, status)
 
     def _next_availability(self, replica_set: Json, active: list[Json]) -> float | None:
         """With minReadySeconds, when the next ready pod becomes available (a status change
