@@ -49,7 +49,7 @@ CW = "Ascend310P"
 RESOURCE = "huawei.com/Ascend310P"
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

@@ -37,7 +37,7 @@ def test_killed_mid_allocate_leaks_no_vnpu_and_serves_no_pod_twice(
 ) -> None:
     first = kit.PluginProcess(node, "--reconcile-interval", "0.2").start("--crash-at", point)
     try:
-        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=30)
         node.api.place("victim", [[kit.Grant(1, "vir02", 6144)]])
         assert first.wait() == crashpoints.EXIT_STATUS
     finally:
@@ -58,7 +58,7 @@ def test_killed_mid_allocate_leaks_no_vnpu_and_serves_no_pod_twice(
             lambda: protocol.NODE_LOCK_KEY not in node.api.node_annotations(),
             what="the failed pod's node lock released",
         )
-        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=30)
         node.api.place("next", [[kit.Grant(1, "vir02", 6144)]])
         kit.wait_for(lambda: node.running("next"), what="the next pod served")
         (vnpu,) = node.vnpus()
@@ -201,7 +201,7 @@ def test_a_refused_vnpu_fails_the_pod_naming_the_budget_and_undoes_the_others(
 def test_sighup_serves_a_new_server_and_registers_again(node: Node, kit: Kit) -> None:
     process = kit.PluginProcess(node).start()
     try:
-        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=15)
+        kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=30)
         process.process.send_signal(signal.SIGHUP)
         kit.wait_for(lambda: process.output().count('"event": "registered"') == 2, timeout=5)
         kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=5)

@@ -198,7 +198,7 @@ class Running:
         value = self.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
-    def wait_for(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    def wait_for(self, check: Callable[[], bool], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             if time.monotonic() > deadline:

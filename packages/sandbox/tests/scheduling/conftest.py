@@ -32,7 +32,7 @@ from vnpu_sandbox.scheduling import config, driver
 Json = dict[str, Any]
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
