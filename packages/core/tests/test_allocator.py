@@ -401,3 +401,26 @@ def test_super_pod_dies_are_placed_in_pairs() -> None:
     refused = rejection(allocator.fit(n, {}, odd))
     assert refused.reason is Reason.COUNT_NOT_ALLOWED
     assert "super pod" in refused.message
+
+
+def test_assume_places_pods_in_turn_as_their_annotations_would_count_them() -> None:
+    """What ``assume`` adds is what the pods hold once bound (ledger from their annotations)."""
+    n = node("Ascend910B3", 2, ServerKind.PCIE)
+    shapes = [
+        pod_dict("Ascend910B3", memory=16384, name="a"),
+        pod_dict("Ascend910B3", name="b"),  # a whole chip: the one left
+        pod_dict("Ascend910B3", name="c"),  # no whole chip left: left out
+        pod_dict("Ascend910B3", memory=16384, name="d"),
+    ]
+    bound = Cluster(n)
+    for pod in shapes:
+        bound.place(dict(pod, metadata={**pod["metadata"], "annotations": {}}))
+    assert [p["metadata"]["name"] for p in bound.pods] == ["a", "b", "d"]
+    asked = [requests.from_pod(p, catalog.BUILTIN) for p in shapes]
+    assert allocator.assume(n, {}, asked) == bound.usage()
+    # Behind them, the next whole chip does not fit; on the bare node it does.
+    after = allocator.assume(n, {}, asked)
+    one = requests.from_pod(pod_dict("Ascend910B3", name="e"), catalog.BUILTIN)
+    assert rejection(allocator.fit(n, after, one)).reason is Reason.NO_FREE_CHIP
+    assert isinstance(allocator.fit(n, {}, one), allocator.Assignment)
+    assert allocator.assume(n, {}, []) == {}

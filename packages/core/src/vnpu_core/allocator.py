@@ -79,6 +79,37 @@ def fit(
     policy: Policy = Policy.DEFAULT,
 ) -> Assignment | Rejection:
     """Place every NPU container of ``pod`` on ``node`` on top of ``usage``, or say why not."""
+    return _fit(node, usage, pod, policy)[0]
+
+
+def assume(
+    node: inventory.Node,
+    usage: Mapping[str, ChipUsage],
+    pods: Sequence[requests.PodRequest],
+    policy: Policy = Policy.DEFAULT,
+) -> dict[str, ChipUsage]:
+    """``usage`` with ``pods`` placed on ``node`` one after the other, as ``fit`` places them.
+
+    A pod that does not fit is left out (its bind will fail on its own). For a scheduler's
+    binds accepted but not yet written: the next pod is fitted behind them.
+    """
+    held = dict(usage)
+    for pod in pods:
+        outcome, working = _fit(node, held, pod, policy)
+        if isinstance(outcome, Assignment):
+            for chip in node.chips:
+                if working[chip.index] != held.get(chip.uuid, inventory.IDLE):
+                    held[chip.uuid] = working[chip.index]
+    return held
+
+
+def _fit(
+    node: inventory.Node,
+    usage: Mapping[str, ChipUsage],
+    pod: requests.PodRequest,
+    policy: Policy,
+) -> tuple[Assignment | Rejection, dict[int, ChipUsage]]:
+    """``fit``'s outcome and the usage by chip index with the pod placed (when it fits)."""
     chip_policy = pod.chip_policy or policy
     base = {c.index: usage.get(c.uuid, inventory.IDLE) for c in node.chips}
     working = dict(base)
@@ -89,7 +120,7 @@ def fit(
             continue
         placed = _place(node, working, request, pod, chip_policy)
         if isinstance(placed, Rejection):
-            return placed
+            return placed, working
         grants.setdefault(request.container, []).extend(placed)
         for grant, delta in _deltas(node, request, placed):
             working[grant.chip] = working[grant.chip].plus(delta)
@@ -101,7 +132,7 @@ def fit(
         scratch = dict(base)
         placed = _place(node, scratch, request, pod, chip_policy)
         if isinstance(placed, Rejection):
-            return placed
+            return placed, working
         grants.setdefault(request.container, []).extend(placed)
         for grant, delta in _deltas(node, request, placed):
             working[grant.chip] = working[grant.chip].peak(base[grant.chip].plus(delta))
@@ -110,7 +141,7 @@ def fit(
         for name, init in pod.containers
     )
     score = _score(node, base, working, pod, pod.node_policy or policy)
-    return Assignment(node.name, containers, score)
+    return Assignment(node.name, containers, score), working
 
 
 def _deltas(

@@ -47,6 +47,7 @@ from vnpu_scheduler import (
     configsource,
     errors,
     extender,
+    inflight,
     informer,
     leader,
     metrics,
@@ -111,6 +112,7 @@ class Service:
             config.bind_attempts,
             skew=config.lock_clock_skew,
         )
+        self.in_flight = inflight.InFlight()
         self.extender = extender.Extender(
             self.cache,
             config.policy,
@@ -118,6 +120,7 @@ class Service:
             config.fit_memo,
             self.locks.busy,
             *((self.quotas.filter_refusal, self.quotas.filtered) if self.quotas else ()),
+            in_flight=self.in_flight,
         )
         self.binder = binder.Binder(
             api,
@@ -138,6 +141,7 @@ class Service:
                 self.quotas.book,
                 quotalock.QuotaLocks(api, self.run, config.lock_namespace, config.bind_timeout),
             ),
+            self.in_flight,
         )
         self.reclaimer: reclaimer.Reclaimer | None = None
         if self.quotas is not None:

@@ -48,6 +48,7 @@ from vnpu_scheduler import (
     cache,
     cluster,
     errors,
+    inflight,
     metrics,
     nodelock,
     placement,
@@ -125,8 +126,10 @@ class Binder:
         scheduler_name: str = "vnpu-scheduler",
         deadline: float = 25.0,
         quota: tuple[tenancy.QuotaBook, quotalock.QuotaLocks] | None = None,
+        in_flight: inflight.InFlight | None = None,
     ) -> None:
         self._api = api
+        self._in_flight = in_flight or inflight.InFlight()
         self._cache = nodes_cache
         self._locks = locks
         self._run = run
@@ -248,7 +251,6 @@ class Binder:
             raise errors.BindError(who, node, "node-constraints", refused)
 
     async def _place(self, pod: Json, node: str, who: str, progress: _Progress) -> str:
-        namespace, name = who.split("/", 1)
         bound, held = await self._bound_pod(pod)
         if bound:
             return self._already(node, bound, who, held)
@@ -263,6 +265,13 @@ class Binder:
                 return self._already(node, elsewhere[0], who, elsewhere[1])
             self._stats.binds.labels("bound").inc()
             return "no NPU requested"
+        with self._in_flight.holding(node, who, request):
+            return await self._place_npu(pod, node, who, request, progress)
+
+    async def _place_npu(
+        self, pod: Json, node: str, who: str, request: requests.PodRequest, progress: _Progress
+    ) -> str:
+        namespace, name = who.split("/", 1)
         steps = [time.perf_counter()]
         async with self._locks.queue(node):
             steps.append(time.perf_counter())

@@ -16,13 +16,13 @@ node could ever take it) and the candidate nodes, for the reclaimer.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vnpu_core import allocator, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, metrics, tenancy, wire
+from vnpu_scheduler import cache, inflight, metrics, tenancy, wire
 
 Json = dict[str, Any]
 Observer = Callable[[Json, tenancy.Outcome, tuple[str, ...]], None]  # pod, outcome, nodes
@@ -110,7 +110,13 @@ def judge(
     return verdict
 
 
-def _judge(state: cache.NodeState, pod: requests.PodRequest, policy: requests.Policy) -> Verdict:
+def _judge(
+    state: cache.NodeState,
+    pod: requests.PodRequest,
+    policy: requests.Policy,
+    ahead: Sequence[requests.PodRequest] = (),
+) -> Verdict:
+    """``judge`` without the memo; ``ahead``: binds in flight to the node, fitted first."""
     node = state.read.node
     if node is None:
         return Verdict(False, 0, UNAVAILABLE, f"NPUs unavailable: {state.read.unavailable}", True)
@@ -125,7 +131,8 @@ def _judge(state: cache.NodeState, pod: requests.PodRequest, policy: requests.Po
             f"({error.problem} at {error.fragment!r})",
             True,
         )
-    outcome = allocator.fit(node, state.usage.usage, pod, policy)
+    usage = allocator.assume(node, state.usage.usage, ahead, policy) if ahead else state.usage.usage
+    outcome = allocator.fit(node, usage, pod, policy)
     if isinstance(outcome, allocator.Rejection):
         return Verdict(False, 0, outcome.reason.value, outcome.message, outcome.unresolvable)
     return Verdict(True, outcome.score, FIT)
@@ -143,8 +150,11 @@ class Extender:
         busy: Callable[[str], bool] = lambda _: False,
         quota: Callable[[Json, requests.PodRequest], str] = lambda _pod, _request: "",
         observe: Observer = lambda *_: None,
+        *,
+        in_flight: inflight.InFlight | None = None,
     ) -> None:
         self._busy = busy
+        self._in_flight = in_flight or inflight.InFlight()
         self._quota = quota
         self._observe = observe
         self._recent: collections.OrderedDict[tuple[str, str], Json] = collections.OrderedDict()
@@ -199,10 +209,17 @@ class Extender:
             }
         else:
             states = self._cache.states(names)
+        meta = args.Pod.get("metadata") or {}
+        who = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
         found = {}
         for name in names:
             state = states.get(name)
-            found[name] = (judge(state, name, pod, self._policy, key), state)
+            ahead = self._in_flight.ahead(name, who)
+            if ahead and state is not None and state.read.node is not None:
+                verdict = _judge(state, pod, self._policy, ahead)  # not memoised: it changes
+            else:
+                verdict = judge(state, name, pod, self._policy, key)
+            found[name] = (verdict, state)
         if not quota or all(not v.fits and v.unresolvable for v, _ in found.values()):
             return found  # no node could ever take it: that is the explanation, not a quota
         held_back = self._quota(args.Pod, pod)
