@@ -94,15 +94,18 @@ def judge(
     pod: requests.PodRequest,
     policy: requests.Policy,
     key: MemoKey | None = None,
+    ahead: inflight.Ahead = (),
 ) -> Verdict:
-    """Whether ``pod`` fits the node in ``state``; ``key`` (``request_key``) enables the memo."""
+    """Whether ``pod`` fits the node in ``state``; ``key`` (``request_key``) enables the memo.
+
+    ``ahead``: binds in flight to the node, fitted first (``key`` must then name them)."""
     if state is None:
         return Verdict(False, 0, UNKNOWN_NODE, f"node {name} is not known to vnpu-scheduler yet")
     if key is not None:
         known: Verdict | None = state.memo.get(key)
         if known is not None:
             return known
-    verdict = _judge(state, pod, policy)
+    verdict = _judge(state, pod, policy, tuple(r for _, r in ahead))
     if key is not None:
         if len(state.memo) >= cache.MEMO_LIMIT:
             state.memo.clear()
@@ -116,7 +119,7 @@ def _judge(
     policy: requests.Policy,
     ahead: Sequence[requests.PodRequest] = (),
 ) -> Verdict:
-    """``judge`` without the memo; ``ahead``: binds in flight to the node, fitted first."""
+    """``judge`` without the memo."""
     node = state.read.node
     if node is None:
         return Verdict(False, 0, UNAVAILABLE, f"NPUs unavailable: {state.read.unavailable}", True)
@@ -173,6 +176,12 @@ class Extender:
             key = self._keys[value] = MemoKey(value)
         return key
 
+    def _ahead_key(self, key: MemoKey | None, ahead: inflight.Ahead) -> MemoKey | None:
+        """The memo key of a request fitted behind the binds ``ahead`` (by their pods)."""
+        if key is None:
+            return None
+        return self._key((*key.value, "behind", *(who for who, _ in ahead)))
+
     def recent(self, namespace: str, name: str) -> Json | None:
         """The pod as kube-scheduler last sent it to this replica (for the bind that follows)."""
         return self._recent.get((namespace, name))
@@ -215,11 +224,8 @@ class Extender:
         for name in names:
             state = states.get(name)
             ahead = self._in_flight.ahead(name, who)
-            if ahead and state is not None and state.read.node is not None:
-                verdict = _judge(state, pod, self._policy, ahead)  # not memoised: it changes
-            else:
-                verdict = judge(state, name, pod, self._policy, key)
-            found[name] = (verdict, state)
+            memo = self._ahead_key(key, ahead) if ahead else key
+            found[name] = (judge(state, name, pod, self._policy, memo, ahead), state)
         if not quota or all(not v.fits and v.unresolvable for v, _ in found.values()):
             return found  # no node could ever take it: that is the explanation, not a quota
         held_back = self._quota(args.Pod, pod)

@@ -21,6 +21,9 @@ from collections.abc import Iterator
 
 from vnpu_core import requests
 
+Ahead = tuple[tuple[str, requests.PodRequest], ...]
+"""Binds in flight to one node: (namespace/name, request), in the order they arrived."""
+
 
 class InFlight:
     """The pod requests of the binds in flight, by node, in the order they arrived."""
@@ -44,10 +47,10 @@ class InFlight:
                     if not waiting:
                         del self._by_node[node]
 
-    def ahead(self, node: str, pod: str = "") -> tuple[requests.PodRequest, ...]:
-        """The requests in flight to ``node``, but pod ``pod``'s own (a retried pod)."""
+    def ahead(self, node: str, pod: str = "") -> Ahead:
+        """The binds in flight to ``node`` as (pod, request), but pod ``pod``'s own (a retry)."""
         with self._lock:
             waiting = self._by_node.get(node)
             if not waiting:
                 return ()
-            return tuple(r for who, r in waiting.items() if who != pod)
+            return tuple((who, r) for who, r in waiting.items() if who != pod)
