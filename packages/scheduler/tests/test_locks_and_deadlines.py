@@ -291,3 +291,32 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     assert _notes(kube)[LOCK] == held
     for name in ("a", "b", "c"):
         assert not kube.pod(name)["spec"].get("nodeName")
+
+
+@pytest.mark.parametrize("slow_api", [{}], indirect=True)
+def test_a_bind_waiting_for_a_lock_reads_the_watchs_copy_of_a_busy_node(
+    kube: Any, make: Any, start_scheduler: Any, slow_api: Any
+) -> None:
+    """The node changes every 50 ms while a bind waits: each change wakes it, and it looks
+    at the copy the watch delivered, not at the API; it binds once the lock is released."""
+    proxy, kubeconfig = slow_api
+    scheduler = start_scheduler(kubeconfig=kubeconfig, lock_wait=20.0)
+    kube.add_node(make.node("n1"))
+    kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
+    kube.annotate_node("n1", {LOCK: _lock(("default", "other"), ahead_seconds=0)})
+    kube.add_pod(make.npu_pod("job", memory=4000))
+    answers: list[str] = []
+    waiting = threading.Thread(target=lambda: answers.append(_bind(scheduler, kube, "job")))
+    waiting.start()
+    scheduler.wait_for(lambda: scheduler.service.locks.busy("n1"))
+    time.sleep(0.3)
+    reads_before = sum(" /api/v1/nodes/n1 " in line for line in proxy.seen)
+    for beat in range(40):  # two seconds of changes, as heartbeats and other writers make
+        kube.annotate_node("n1", {"example.com/beat": str(beat)})
+        time.sleep(0.05)
+    reads = sum(" /api/v1/nodes/n1 " in line for line in proxy.seen) - reads_before
+    kube.annotate_node("n1", {LOCK: None})
+    waiting.join(timeout=30)
+    assert answers == [""]
+    # Fallback reads only (at most every 2 s once backed off), not one per change.
+    assert reads <= 3, reads

@@ -15,6 +15,10 @@ import structlog
 from vnpu_scheduler import app, cluster, errors, server, settings
 from vnpu_service import logs
 
+# Connections beyond the API threads' own: each informer's watch holds one for as long as it
+# streams. With fewer, the threads' calls find the pool full and open a TLS connection each.
+WATCH_CONNECTIONS = 8
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
@@ -33,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     log = structlog.get_logger("vnpu_scheduler")
     try:
-        api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, config.api_threads)
+        pool = config.api_threads + WATCH_CONNECTIONS
+        api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout, pool)
         application = app.build(config, api, tune_gc=True)
     except errors.SettingsError as exc:
         log.error("bad_setting", field=exc.field, value=str(exc.value), problem=exc.problem)

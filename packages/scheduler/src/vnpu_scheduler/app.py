@@ -111,6 +111,7 @@ class Service:
             config.lock_wait,
             config.bind_attempts,
             skew=config.lock_clock_skew,
+            watched=self.cache.node_object,
         )
         self.in_flight = inflight.InFlight()
         self.extender = extender.Extender(

@@ -6,7 +6,8 @@ is ``<RFC3339>,<namespace>,<pod>`` (HAMi's form, so HAMi's and vnpu's plugins fi
 of their next Allocate from it). It is written with a merge patch carrying the node's
 ``metadata.resourceVersion``: of two writers only one succeeds, the other gets 409 and
 looks again. A lock held by another pod is waited for (woken by the node watch when the
-node changes, polling with backoff as a fallback, up to ``wait`` seconds, counted in
+node changes, reading the watch's copy then rather than the API, and reading the API with
+backoff up to 2 s as a fallback, up to ``wait`` seconds in all, counted in
 ``vnpu_scheduler_lock_wait_seconds``) and taken over only when its owner pod is gone, or
 when it is older than ``ttl`` and its owner is not still waiting for Allocate (bind-phase
 ``allocating`` and still Pending: never steal from it, HAMi #3096); an owner-less (Volcano)
@@ -40,6 +41,10 @@ T = TypeVar("T")
 Runner = Callable[..., Awaitable[Any]]
 log = structlog.get_logger(__name__)
 _jitter = random.Random()  # its own generator: the global one belongs to the process
+# A bind waiting for a lock is woken by the node watch and reads the watch's copy; these bound
+# its fallback reads from the API (a watch that is down or slow), doubling from the first.
+LOOK_AGAIN_FIRST = 0.05
+LOOK_AGAIN_LAST = 2.0
 
 
 def _now() -> datetime:
@@ -59,8 +64,10 @@ class NodeLocks:
         attempts: int,
         clock: Callable[[], datetime] = _now,
         skew: float = 30.0,
+        watched: Callable[[str], Json | None] = lambda _node: None,
     ) -> None:
         self._api = api
+        self._watched = watched  # the node as the watch last delivered it
         self._run = run
         self._stats = stats
         self._ttl = timedelta(seconds=ttl)
@@ -113,7 +120,7 @@ class NodeLocks:
         """
         who = f"{namespace}/{pod}"
         start = time.monotonic()
-        delay = 0.02  # between looks at a lock held by another pod
+        delay = LOOK_AGAIN_FIRST  # between looks at a lock held by another pod
         backoff = 0.005  # after a lost write race
         changed = self._changed.setdefault(node, asyncio.Event())
         while True:
@@ -165,7 +172,8 @@ class NodeLocks:
             pause = min(delay, self._wait - waited) * _jitter.uniform(0.5, 1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), pause)
-            delay = min(delay * 2, 0.5)
+                cached = self._watched(node)  # woken by the watch: its copy is the news
+            delay = min(delay * 2, LOOK_AGAIN_LAST)
 
     async def _holder(
         self,
