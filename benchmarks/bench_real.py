@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+import standin
 
 from vnpu_core import coordination, protocol
 from vnpu_sandbox.platform import controlplane
@@ -254,7 +255,7 @@ class HollowNodes:
                 name, namespace, granted, _content_type=MERGE, _preload_content=False
             )
         )
-        self._release(node, f",{namespace},{name}")
+        standin.release_lock(self.core, node, f",{namespace},{name}")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         status = {
             "status": {
@@ -285,25 +286,6 @@ class HollowNodes:
                 name, namespace, status, _content_type=MERGE, _preload_content=False
             )
         )
-
-    def _release(self, node: str, owner: str) -> None:
-        for _ in range(20):
-            current = _read(self.core.read_node(node, _preload_content=False))
-            lock = (current["metadata"].get("annotations") or {}).get(protocol.NODE_LOCK_KEY, "")
-            if not lock.endswith(owner):
-                return
-            body = {
-                "metadata": {
-                    "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": {protocol.NODE_LOCK_KEY: None},
-                }
-            }
-            try:
-                _done(self.core.patch_node(node, body, _content_type=MERGE, _preload_content=False))
-                return
-            except kubernetes.client.exceptions.ApiException as exc:
-                if exc.status != 409:
-                    raise
 
     @contextlib.contextmanager
     def running(self) -> Iterator[HollowNodes]:

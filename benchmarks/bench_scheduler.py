@@ -41,6 +41,7 @@ from typing import Any
 
 import httpx
 import kubernetes
+import standin
 
 from vnpu_core import protocol
 from vnpu_sandbox.apiserver import harness
@@ -215,31 +216,7 @@ class PluginStandIn:
         )
         answer.drain_conn()
         answer.release_conn()
-        self.release(node, f",default,{name}")
-
-    def release(self, node: str, owner: str) -> None:
-        core = self.cluster.core
-        for _ in range(20):
-            current = json.loads(core.read_node(node, _preload_content=False).data)
-            lock = (current["metadata"].get("annotations") or {}).get(protocol.NODE_LOCK_KEY, "")
-            if not lock.endswith(owner):
-                return
-            body = {
-                "metadata": {
-                    "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": {protocol.NODE_LOCK_KEY: None},
-                }
-            }
-            try:
-                answer = core.patch_node(
-                    node, body, _content_type=MERGE_PATCH, _preload_content=False
-                )
-                answer.drain_conn()
-                answer.release_conn()
-                return
-            except kubernetes.client.exceptions.ApiException as exc:
-                if exc.status != 409:
-                    raise
+        standin.release_lock(self.cluster.core, node, f",default,{name}")
 
 
 @contextlib.contextmanager
