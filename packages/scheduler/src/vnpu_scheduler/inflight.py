@@ -5,10 +5,10 @@ next pods are filtered already. The cache cannot count a bind that has not writt
 decision yet, so without this record every pod filtered meanwhile would see the waiting
 binds' chips as free, and binds past the node's capacity would queue behind the lock only
 to fail. The extender fits each pod behind the binds in flight to the node
-(``vnpu_core.allocator.assume``); a bind's entry goes when the bind ends, by which time
-the cache counts a bound pod (it assumes it before the watch delivers it). The bind itself still fits under the node
-lock on a fresh list of the node's pods, so this record improves placement and never
-decides what is safe.
+(``vnpu_core.allocator.assume``); a bind's entry goes when the bind ends, by which time the
+cache counts a bound pod (it assumes it before the watch delivers it). The bind itself still
+fits under the node lock on a fresh list of the node's pods, so this record improves
+placement and never decides what is safe.
 
 Read by filter threads while the event loop's binds write it, hence the lock.
 """
