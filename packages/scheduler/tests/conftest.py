@@ -22,7 +22,7 @@ import kubernetes
 import prometheus_client
 import pytest
 
-from vnpu_core import coordination, protocol
+from vnpu_core import coordination, ledger, protocol
 from vnpu_sandbox.apiserver import harness
 from vnpu_scheduler import app, cluster, server, settings
 
@@ -197,6 +197,11 @@ class Running:
     def sample(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
+
+    def usage(self, node: str) -> ledger.Ledger:
+        """The cache's usage of ``node``; empty until the watch has delivered the node."""
+        state = self.service.cache.state(node)
+        return ledger.Ledger({}) if state is None else state.usage
 
     def wait_for(self, check: Callable[[], bool], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -89,7 +89,7 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
         make.pod("job", memory=4000, annotations={"hami.io/gpu-scheduler-policy": "fastest"})
     )
     scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 5)
-    scheduler.wait_for(lambda: scheduler.service.cache.state("bad-usage").usage.problems != ())
+    scheduler.wait_for(lambda: scheduler.usage("bad-usage").problems != ())
     names = ["good", "bad-register", "bad-handshake", "bad-soft", "bad-usage"]
     # A pod annotation naming an unknown policy: refused everywhere, with the key and the value.
     result = scheduler.post("filter", {"Pod": pod, "NodeNames": names}).json()

@@ -207,6 +207,7 @@ def test_pod_without_npu_is_refused(kube: Any, make: Any, scheduler: Any) -> Non
 def test_assumed_pod_counts_before_the_watch_delivers(kube: Any, make: Any, scheduler: Any) -> None:
     kube.add_node(make.node("n1", chips=1))
     kube.add_pod(make.npu_pod("job", count=1))
+    scheduler.wait_for(lambda: scheduler.service.cache.state("n1") is not None)
     assert _bind(scheduler, kube, "job", "n1") == ""
     # Straight after the answer the filter already sees the chip taken (assumed copy).
     state = scheduler.service.cache.state("n1")

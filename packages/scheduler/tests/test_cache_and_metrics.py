@@ -106,7 +106,7 @@ def test_per_chip_allocation_gauges(kube: Any, make: Any, scheduler: Any) -> Non
     runtime = '[{"UUID":"n1-Ascend310P-1","temp":"vir04","memory":12288}]'
     kube.add_pod(make.holder("v", "n1", "n1-Ascend310P-1,Ascend310P,12288,0:;", runtime=runtime))
     kube.add_pod(make.holder("w", "n1", "n1-Ascend310P-0,Ascend310P,21527,0:;"))
-    scheduler.wait_for(lambda: len(scheduler.service.cache.state("n1").usage.usage) == 2)
+    scheduler.wait_for(lambda: len(scheduler.usage("n1").usage) == 2)
     text = scheduler.http.get(f"{scheduler.url}/metrics").text
     chip0 = 'chip="n1-Ascend310P-0",index="0",model="Ascend310P",node="n1"'
     chip1 = 'chip="n1-Ascend310P-1",index="1",model="Ascend310P",node="n1"'

@@ -24,7 +24,7 @@ def _cluster(kube: Any, make: Any) -> Json:
 def _synced(scheduler: Any) -> None:
     """Wait until the cache holds the three nodes and both pods holding n-full's chips."""
     scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 3)
-    scheduler.wait_for(lambda: len(scheduler.service.cache.state("n-full").usage.usage) == 2)
+    scheduler.wait_for(lambda: len(scheduler.usage("n-full").usage) == 2)
 
 
 def _go_args(pod: Json, names: list[str] | None, nodes: list[Json] | None) -> bytes:
@@ -94,7 +94,7 @@ def test_prioritize_both_forms(kube: Any, make: Any, scheduler: Any) -> None:
     kube.add_node(make.node("n-half"))
     kube.add_pod(make.holder("half", "n-half", "n-half-Ascend310P-0,Ascend310P,21527,0:;"))
     scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 4)
-    scheduler.wait_for(lambda: scheduler.service.cache.state("n-half").usage.usage != {})
+    scheduler.wait_for(lambda: scheduler.usage("n-half").usage != {})
     names = ["n-free", "n-half", "n-910"]
     by_names = scheduler.post_raw("prioritize", _go_args(pod, names, None))
     assert by_names.status_code == 200

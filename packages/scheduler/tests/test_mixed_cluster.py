@@ -85,7 +85,7 @@ def mixed(kube: Any, make: Any, scheduler: Any) -> Any:
         kube.add_pod(make.holder(f"r{i}", "a-ring", devices, word="Ascend910A"))
     kube.add_pod(make.holder("broken", "badpod", "garbage-without-grammar"))
     scheduler.wait_for(lambda: len(scheduler.service.cache.names()) == 15)
-    scheduler.wait_for(lambda: scheduler.service.cache.state("badpod").usage.problems != ())
+    scheduler.wait_for(lambda: scheduler.usage("badpod").problems != ())
     return scheduler
 
 
