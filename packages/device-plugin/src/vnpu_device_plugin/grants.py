@@ -102,14 +102,23 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def _grant(path: str, index: int, raw: object) -> Grant:
-    values = statefile.fields(path, index, raw, _FIELD_TYPES)
-    kind = statefile.member(path, index, values, "kind", Kind)
-    ids = values["device_ids"]
+    where = f"records[{index}]"
+    if not isinstance(raw, dict):
+        raise errors.LedgerError(path, f"{where} is not an object")
+    for name, kind in _FIELD_TYPES.items():
+        value = raw.get(name)
+        wrong_bool = isinstance(value, bool) and kind is not bool
+        if value is None or wrong_bool or not isinstance(value, kind):
+            raise errors.LedgerError(path, f"{where}.{name} is missing or not a {kind}: {value!r}")
+    try:
+        kind_ = Kind(raw["kind"])
+    except ValueError as exc:
+        raise errors.LedgerError(path, f"{where}.kind {raw['kind']!r} is unknown") from exc
+    ids = raw["device_ids"]
     if not all(isinstance(i, str) for i in ids):
-        raise errors.LedgerError(
-            path, f"records[{index}].device_ids holds a value that is not a string"
-        )
-    values.update(kind=kind, device_ids=tuple(ids), granted_at=float(values["granted_at"]))
+        raise errors.LedgerError(path, f"{where}.device_ids holds a value that is not a string")
+    values = {name: raw[name] for name in _FIELD_TYPES}
+    values.update(kind=kind_, device_ids=tuple(ids), granted_at=float(raw["granted_at"]))
     return Grant(**values)
 
 

@@ -83,9 +83,21 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def _record(path: str, index: int, raw: object) -> Record:
-    values = statefile.fields(path, index, raw, _FIELD_TYPES)
-    values["state"] = statefile.member(path, index, values, "state", State)
-    values["created_at"] = float(values["created_at"])
+    where = f"records[{index}]"
+    if not isinstance(raw, dict):
+        raise errors.LedgerError(path, f"{where} is not an object")
+    for name, kind in _FIELD_TYPES.items():
+        value = raw.get(name)
+        wrong_bool = isinstance(value, bool) and kind is not bool
+        if value is None or wrong_bool or not isinstance(value, kind):
+            raise errors.LedgerError(path, f"{where}.{name} is missing or not a {kind}: {value!r}")
+    try:
+        state = State(raw["state"])
+    except ValueError as exc:
+        raise errors.LedgerError(path, f"{where}.state {raw['state']!r} is unknown") from exc
+    values = {name: raw[name] for name in _FIELD_TYPES}
+    values["state"] = state
+    values["created_at"] = float(raw["created_at"])
     return Record(**values)
 
 

@@ -7,22 +7,17 @@ old or the new version; with ``durable`` the file and its directory are fsync'ed
 returns, and ``sync`` does the same later for a file written without it. ``read`` gives the raw records of a file of the expected format, or nothing when
 the file does not exist; a file that cannot be read, is not UTF-8, is not JSON or is of
 another format raises ``errors.LedgerError`` naming the path and saying how to start over.
-``fields`` and ``member`` check a raw record of either file: each field of its type, each
-enum value a known one. Ownership is never guessed from a file that cannot be read.
+Ownership is never guessed from a file that cannot be read.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from vnpu_device_plugin import errors
-
-E = TypeVar("E", bound=enum.Enum)
 
 
 def read(path: Path, fmt: str, what: str) -> list[object]:
@@ -54,34 +49,6 @@ def read(path: Path, fmt: str, what: str) -> list[object]:
     if not isinstance(records, list):
         raise errors.LedgerError(where, "records is not a list")
     return records
-
-
-def fields(
-    path: str, index: int, raw: object, types: Mapping[str, type | tuple[type, ...]]
-) -> dict[str, Any]:
-    """The fields ``types`` names of record ``index`` of ``path``, each of its type (a bool
-    passes only as a bool); ``errors.LedgerError`` when the record is not an object or a field is
-    missing or of another type."""
-    where = f"records[{index}]"
-    if not isinstance(raw, dict):
-        raise errors.LedgerError(path, f"{where} is not an object")
-    for name, kind in types.items():
-        value = raw.get(name)
-        wrong_bool = isinstance(value, bool) and kind is not bool
-        if value is None or wrong_bool or not isinstance(value, kind):
-            raise errors.LedgerError(path, f"{where}.{name} is missing or not a {kind}: {value!r}")
-    return {name: raw[name] for name in types}
-
-
-def member(path: str, index: int, values: Mapping[str, object], name: str, kind: type[E]) -> E:
-    """Field ``name`` of record ``index`` of ``path`` as a ``kind``; ``errors.LedgerError``
-    when it is not the value of one."""
-    try:
-        return kind(values[name])
-    except ValueError as exc:
-        raise errors.LedgerError(
-            path, f"records[{index}].{name} {values[name]!r} is unknown"
-        ) from exc
 
 
 def write(path: Path, fmt: str, records: Sequence[object], *, durable: bool) -> None:
