@@ -62,7 +62,7 @@ def test_a_pod_filtered_while_a_bind_waits_for_the_lock_is_fitted_behind_it(
     kube.annotate_node("n1", {LOCK: None})  # the other pod's Allocate is done
     binding.join(timeout=30)
     assert errors == [""]
-    assert not scheduler.service.in_flight.ahead("n1")
+    assert not scheduler.service.in_flight.by_node()
     time.sleep(0.2)
     again = _filter(scheduler, kube, "both")
     assert again["FailedNodes"] == {

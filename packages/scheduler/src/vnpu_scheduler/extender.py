@@ -220,10 +220,11 @@ class Extender:
             states = self._cache.states(names)
         meta = args.Pod.get("metadata") or {}
         who = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        in_flight = self._in_flight.by_node(who)
         found = {}
         for name in names:
             state = states.get(name)
-            ahead = self._in_flight.ahead(name, who)
+            ahead = in_flight.get(name, ())
             memo = self._ahead_key(key, ahead) if ahead else key
             found[name] = (judge(state, name, pod, self._policy, memo, ahead), state)
         if not quota or all(not v.fits and v.unresolvable for v, _ in found.values()):

@@ -47,10 +47,12 @@ class InFlight:
                     if not waiting:
                         del self._by_node[node]
 
-    def ahead(self, node: str, pod: str = "") -> Ahead:
-        """The binds in flight to ``node`` as (pod, request), but pod ``pod``'s own (a retry)."""
+    def by_node(self, pod: str = "") -> dict[str, Ahead]:
+        """The binds in flight as (pod, request) for each node that has some, but pod ``pod``'s
+        own (a retry): one look for a whole filter, whatever its number of nodes."""
         with self._lock:
-            waiting = self._by_node.get(node)
-            if not waiting:
-                return ()
-            return tuple((who, r) for who, r in waiting.items() if who != pod)
+            found = {
+                node: tuple((who, r) for who, r in waiting.items() if who != pod)
+                for node, waiting in self._by_node.items()
+            }
+        return {node: ahead for node, ahead in found.items() if ahead}
