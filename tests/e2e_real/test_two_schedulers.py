@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import re
+import time
 import urllib.request
 from typing import Any
 
@@ -59,8 +60,22 @@ def _bound(url: str) -> float:
 
 def test_two_active_schedulers_never_over_commit_a_chip(cluster: Any) -> None:
     cluster.ctl.run(["apply", "-f", str(cluster.write(LOAD))])
+    # A pod refused once may still be placed on a retry (a bind of the other replica failed
+    # and freed what it had claimed): settled means the same pods Running 10 s apart.
+    last: dict[str, Any] = {"running": None, "at": 0.0}
 
     def settled() -> list[Any] | None:
+        pods = quiet()
+        if pods is None:
+            last["running"] = None
+            return None
+        running = sorted(p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Running")
+        if running != last["running"]:
+            last.update(running=running, at=time.monotonic())
+            return None
+        return pods if time.monotonic() - last["at"] >= 10 else None
+
+    def quiet() -> list[Any] | None:
         pods = cluster.ctl.items(["get", "pods", "-n", "load"])
         if len(pods) < REPLICAS:
             return None
