@@ -87,12 +87,24 @@ def spawn(
     return record, child
 
 
+LAST = frozenset({"etcd"})
+"""Stopped once everything else has exited: kube-apiserver's own shutdown waits for etcd, and
+would otherwise sit out the whole grace period before being killed."""
+
+
 def stop(processes: Sequence[Process], grace: float = 10.0) -> list[Process]:
-    """SIGTERM every live process, SIGKILL those still running after ``grace`` seconds.
+    """SIGTERM every live process, SIGKILL those still running after ``grace`` seconds; the
+    ``LAST`` ones (etcd) only after the others are gone.
 
     Returns the processes that had to be killed. Records of processes that are gone (or
     whose PID now belongs to another process) are skipped: nothing else is ever signalled.
     """
+    first = [p for p in processes if p.name not in LAST]
+    last = [p for p in processes if p.name in LAST]
+    return _stop(first, grace) + _stop(last, grace)
+
+
+def _stop(processes: Sequence[Process], grace: float) -> list[Process]:
     running = [p for p in processes if alive(p)]
     for process in running:
         _signal(process, signal.SIGTERM)

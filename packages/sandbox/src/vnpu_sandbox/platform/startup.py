@@ -9,6 +9,7 @@ the end of its log, so the message alone explains a failed start.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import subprocess
 import time
@@ -114,4 +115,8 @@ class Startup:
 
     def stop_all(self) -> list[processes.Process]:
         """Stop everything started so far, newest first; returns what had to be killed."""
-        return processes.stop(list(reversed(self.record.processes)))
+        killed = processes.stop(list(reversed(self.record.processes)))
+        for child in self._children.values():  # reap them: stopped, but not yet waited for
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+        return killed
