@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the pinned Kubernetes control plane that `vnpu-sandbox up --control-plane real` and
-# tests/e2e_real run: kube-apiserver, kube-scheduler, kube-controller-manager and kubectl from
-# k8s.io/kubernetes, and etcd from go.etcd.io/etcd/server/v3 (its etcdmain package), all
+# Builds the pinned Kubernetes control plane that `vnpu-sandbox up` and the tests run (the
+# tests' shared kube-apiserver, the e2e sandboxes): kube-apiserver, kube-scheduler,
+# kube-controller-manager and kubectl from k8s.io/kubernetes, and etcd from go.etcd.io/etcd/server/v3 (its etcdmain package), all
 # through the Go module proxy with the machine's `go`. Nothing of theirs is committed: the
 # go.mod files (and etcd's three-line main.go) are generated here, in the cache directory.
 #

@@ -1,15 +1,21 @@
-"""The whole sandbox, brought up by its real command for the end-to-end tests.
+"""The whole sandbox, brought up by its real command, for the end-to-end tests.
 
-``sandbox`` runs ``vnpu-sandbox up`` on a three-node cluster (one node per sharing mode) in
-a temporary directory, once per test module, and ``vnpu-sandbox down`` afterwards. Tests
-drive it the way a person does: kubectl with the kubeconfig ``up`` wrote, HTTP to the
-exporters and Prometheus, and the simulated chips' files read through the simulated NPU
-backend.
+``sandbox`` runs ``vnpu-sandbox up`` once per test module in a temporary directory: etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler (the binaries ``make k8s-bin``
+builds), vnpu-scheduler with its TLS webhooks, and per node a simulated kubelet, the device
+plugin and the exporter; ``vnpu-sandbox down`` stops it afterwards. vnpu's services get the
+RBAC objects of the chart as ``make chart`` renders it. A module changes the sandbox's shape
+with ``CLUSTER`` (the cluster file), ``SCHEDULERS`` (pairs of kube-scheduler and
+vnpu-scheduler) and ``PROMETHEUS`` (start one, when it is on PATH). Tests drive it the way a
+person does: the kubectl built beside kube-apiserver, HTTP to the exporters and Prometheus,
+and the simulated chips' files read through the simulated NPU backend. Without the binaries
+every test here skips, naming the command that builds them (fails with VNPU_REQUIRE_K8S=1).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +30,7 @@ from typing import Any
 import pytest
 
 from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_sandbox.platform import kubectl, layout
+from vnpu_sandbox.platform import controlplane, kubectl, layout
 
 CLUSTER = """\
 nodes:
@@ -33,10 +39,11 @@ nodes:
   - {name: soft, chip: 910B4, chips: 4, server: pcie, mode: soft}
 """
 ROOT = Path(__file__).resolve().parents[2]
+UP_TIMEOUT_SECONDS = 150.0
 Json = dict[str, Any]
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -47,7 +54,7 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
         time.sleep(0.2)
 
 
-def sandbox_command(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def sandbox_command(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "vnpu_sandbox", *args],
         capture_output=True,
@@ -65,16 +72,28 @@ class Sandbox:
     directory: Path
     record: layout.Record
     ctl: kubectl.Kubectl
+    bins: dict[str, Path]
     wait_for = staticmethod(wait_for)
     command = staticmethod(sandbox_command)
+
+    def as_identity(self, name: str) -> kubectl.Kubectl:
+        """kubectl with one of the sandbox's identities (``node-duo``, ``vnpu-scheduler``...)."""
+        path = self.directory / "control-plane" / "kubeconfigs" / f"{name}.yaml"
+        return kubectl.Kubectl(str(path), binary=str(self.bins["kubectl"]))
+
+    def write(self, text: str) -> Path:
+        path = self.directory / f"manifest-{time.monotonic_ns()}.yaml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def apply(self, manifest: str) -> None:
+        self.ctl.run(["apply", "-f", str(self.write(manifest))])
 
     def pods(self, namespace: str = "default") -> dict[str, Json]:
         return {p["metadata"]["name"]: p for p in self.ctl.items(["get", "pods", "-n", namespace])}
 
-    def apply(self, manifest: str) -> None:
-        path = self.directory / f"manifest-{time.monotonic_ns()}.yaml"
-        path.write_text(manifest, encoding="utf-8")
-        self.ctl.run(["apply", "--validate=false", "-f", str(path)])
+    def log(self, name: str) -> str:
+        return layout.Layout.at(self.directory).log(name).read_text(errors="replace")
 
     def vnpus(self, node: str) -> list[sim_backend.backend.VnpuInfo]:
         sim = sim_backend.SimBackend(layout.Layout.at(self.directory).node(node).sim)
@@ -103,18 +122,39 @@ class Sandbox:
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not on PATH (Debian: kubernetes-client; .ci/run installs it)")
-    directory = tmp_path_factory.mktemp("sb")
-    cluster = directory / "cluster.yaml"
-    cluster.write_text(CLUSTER, encoding="utf-8")
-    started = sandbox_command("up", "--cluster", str(cluster), "--dir", str(directory))
-    assert started.returncode == 0, started.stderr + started.stdout
-    record = layout.read(layout.Layout.at(directory))
-    assert record is not None
-    assert record.ready
+def sandbox(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Sandbox]:
+    """The module's sandbox, shaped by its ``CLUSTER``, ``SCHEDULERS`` and ``PROMETHEUS``."""
     try:
-        yield Sandbox(directory, record, kubectl.Kubectl(record.kubeconfig))
+        bins = controlplane.binaries()
+    except controlplane.ControlPlaneError as exc:
+        if os.environ.get("VNPU_REQUIRE_K8S") == "1":
+            pytest.fail(f"the real control plane is required (VNPU_REQUIRE_K8S=1): {exc}")
+        pytest.skip(f"the real control plane is not built: {exc}")
+    directory = tmp_path_factory.mktemp("sb")
+    cluster_file = directory / "cluster.yaml"
+    cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
+    schedulers = str(getattr(request.module, "SCHEDULERS", 1))
+    prometheus = getattr(request.module, "PROMETHEUS", False) and shutil.which("prometheus")
+    # The chart's own RBAC gives vnpu's services their rights: the real authorizer judges it.
+    chart = directory / "chart.yaml"
+    rendered = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(chart)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    started = sandbox_command(
+        "up", "--cluster", str(cluster_file), "--dir", str(directory),
+        "--timeout", f"{UP_TIMEOUT_SECONDS:g}", "--schedulers", schedulers, "--rbac", str(chart),
+        *(() if prometheus else ("--no-prometheus",)),
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr + started.stdout
+        record = layout.read(layout.Layout.at(directory))
+        assert record is not None
+        assert record.ready
+        ctl = kubectl.Kubectl(record.kubeconfig, binary=str(bins["kubectl"]))
+        yield Sandbox(directory, record, ctl, bins)
     finally:
         sandbox_command("down", "--dir", str(directory))

@@ -5,9 +5,9 @@ Each subcommand lives in its own module, which provides ``NAME``, ``HELP``,
 part is adding its module to ``COMMANDS``. ``main`` is the console-script entry point.
 
 Only the module of the subcommand being run is imported: ``vnpu-sandbox up`` starts a
-dozen or more ``vnpu-sandbox`` processes at once, and a kubelet has no use for the API
-emulator's web stack or the controllers (importing every part costs each process about a
-second of CPU). The top-level ``--help`` imports them all to list them.
+``vnpu-sandbox kubelet`` process per node at once, and a kubelet has no use for the
+platform's modules (importing every part costs each process CPU). The top-level ``--help``
+imports them all to list them.
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ COMMANDS: dict[str, str] = {
     "status": "vnpu_sandbox.platform.status",
     "down": "vnpu_sandbox.platform.down",
     "demo": "vnpu_sandbox.platform.demo",
-    "apiserver": "vnpu_sandbox.apiserver.command",
     "kubelet": "vnpu_sandbox.kubelet.command",
-    "scheduler": "vnpu_sandbox.scheduling.command",
-    "controllers": "vnpu_sandbox.controllers.command",
 }
 """Subcommand name -> the module that implements it (its ``NAME`` is the same)."""
 

@@ -217,12 +217,12 @@ def serve(directory: Path | None = None, api_args: Sequence[str] = ()) -> Iterat
         where = layout.Layout.at(directory)
         pick = components.PortPicker()
         try:
-            ports = controlplane.Ports(pick(), pick(), pick(), pick(), pick(), pick())
+            ports = controlplane.Ports.choose(pick)
         finally:
             pick.close()
         plane = controlplane.Plane.at(where, ports, bins)
         controlplane.prepare(plane, where, ())
-        record = layout.Record(plane.api_url, str(where.kubeconfig), "", [], control_plane="real")
+        record = layout.Record(plane.api_url, str(where.kubeconfig), "", [])
         run = startup.Startup(where, record, controlplane.tls_context(plane.pki))
         stack.callback(run.stop_all)
         run.start(controlplane.etcd(plane))

@@ -1,6 +1,6 @@
 """The certificates of a real control plane: one CA, serving and client certificates, SA keys.
 
-``controlplane`` calls ``write_pki`` once per ``up --control-plane real``: it makes a CA, a
+``controlplane`` calls ``write_pki`` once per ``up``: it makes a CA, a
 serving certificate for loopback (kube-apiserver, kube-controller-manager, kube-scheduler and
 vnpu-scheduler's webhook listener all present it), one client certificate per identity
 (``Identity``: the user name is the subject's common name, the groups its organisations, as

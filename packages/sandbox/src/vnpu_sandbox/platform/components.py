@@ -10,6 +10,7 @@ nothing (then running is enough).
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -67,38 +68,57 @@ class Ports:
         return ports
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now (for several at once: PortPicker)."""
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections take theirs there)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 class PortPicker:
-    """Free loopback ports, each different: the probe sockets stay bound until ``close``.
+    """Free loopback ports for one sandbox, each different, none reused.
 
-    A port is free when the kernel hands it out for a bind to port 0; closing each probe at
-    once would let the kernel hand the same port out again for the next one.
+    Ports come from below the kernel's ephemeral range, starting at a random place: a port the
+    kernel hands out for a bind to port 0 is also one it may hand to the next outgoing
+    connection, and a port picked here must stay free until its server binds it. Each port is
+    checked by binding it; the probe sockets stay bound until ``close``, so the picker never
+    returns one port twice and no other picker can take it meanwhile.
     """
+
+    FIRST = 10000
 
     def __init__(self) -> None:
         self._held: list[socket.socket] = []
+        self._last = max(_ephemeral_low() - 1, self.FIRST + 1)
+        self._next = random.randrange(self.FIRST, self._last)
 
     def __call__(self, wanted: int = 0) -> int:
         if wanted:
             return wanted
-        probe = socket.socket()
-        probe.bind((LOOPBACK, 0))
-        self._held.append(probe)
-        return int(probe.getsockname()[1])
+        for _ in range(self._last - self.FIRST):
+            port = self._next
+            self._next = self.FIRST + (self._next + 1 - self.FIRST) % (self._last - self.FIRST)
+            probe = socket.socket()
+            try:
+                probe.bind((LOOPBACK, port))
+            except OSError:
+                probe.close()
+                continue
+            self._held.append(probe)
+            return port
+        raise OSError(f"no free loopback port from {self.FIRST} to {self._last}")
 
     def close(self) -> None:
         for probe in self._held:
             probe.close()
+        self._held.clear()
 
 
 def choose_ports(
     nodes: Sequence[clusterfile.NodeSpec],
+    pick: PortPicker,
     api: int = 0,
     prometheus: int | None = 0,
     exporters: bool = True,
@@ -107,17 +127,13 @@ def choose_ports(
 
     Without ``exporters`` no node gets an exporter (and so no exporter port).
     """
-    pick = PortPicker()
-    try:
-        return Ports(
-            api=pick(api),
-            scheduler=pick(),
-            prometheus=0 if prometheus is None else pick(prometheus),
-            device_plugins={n.name: pick() for n in nodes},
-            exporters={n.name: pick() for n in nodes} if exporters else {},
-        )
-    finally:
-        pick.close()
+    return Ports(
+        api=pick(api),
+        scheduler=pick(),
+        prometheus=0 if prometheus is None else pick(prometheus),
+        device_plugins={n.name: pick() for n in nodes},
+        exporters={n.name: pick() for n in nodes} if exporters else {},
+    )
 
 
 def url(port: int, path: str = "") -> str:
@@ -128,34 +144,26 @@ def _python(module: str, *args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", module, *args)
 
 
-def api_server(ports: Ports) -> Component:
-    argv = _python("vnpu_sandbox", "apiserver", "--host", LOOPBACK, "--port", str(ports.api))
-    return Component("apiserver", argv, url(ports.api, "/readyz"))
-
-
 def services(
     where: layout.Layout,
     nodes: Sequence[clusterfile.NodeSpec],
     ports: Ports,
     prometheus: str | None,
-    credentials: Credentials | None = None,
+    credentials: Credentials,
     scheduler_flags: Sequence[str] = (),
 ) -> list[Component]:
-    """Everything that starts once the API answers, in start order.
+    """vnpu-scheduler, every node's agents and Prometheus, in start order.
 
-    With ``credentials`` (a real control plane) each part gets its own kubeconfig, the
-    scheduler ``scheduler_flags`` too, and the sandbox's controllers and scheduling driver
-    are left out: kube-controller-manager and kube-scheduler play their parts.
+    ``credentials`` gives each part its own kubeconfig; ``scheduler_flags`` are added to
+    vnpu-scheduler's command line.
     """
-    kubeconfig = str(where.kubeconfig)
-    scheduler_kubeconfig = kubeconfig if credentials is None else credentials("scheduler", None)
     out = [
         Component(
             "vnpu-scheduler",
             _python(
                 "vnpu_scheduler",
                 "--kubeconfig",
-                scheduler_kubeconfig,
+                credentials("scheduler", None),
                 "--host",
                 LOOPBACK,
                 "--port",
@@ -170,25 +178,6 @@ def services(
             url(ports.scheduler, "/readyz"),
         ),
     ]
-    if credentials is None:
-        out.append(
-            Component(
-                "controllers", _python("vnpu_sandbox", "controllers", "--kubeconfig", kubeconfig)
-            )
-        )
-        out.append(
-            Component(
-                "scheduling-driver",
-                _python(
-                    "vnpu_sandbox",
-                    "scheduler",
-                    "--config",
-                    str(where.kube_scheduler_config),
-                    "--kubeconfig",
-                    kubeconfig,
-                ),
-            )
-        )
     for node in nodes:
         out.extend(node_agents(where, node, ports, credentials))
     if prometheus is not None and ports.prometheus:
@@ -208,13 +197,13 @@ def node_agents(
     where: layout.Layout,
     node: clusterfile.NodeSpec,
     ports: Ports,
-    credentials: Credentials | None = None,
+    credentials: Credentials,
 ) -> list[Component]:
     """The simulated kubelet, the device plugin and (when it has a port) the exporter of a node."""
     dirs = where.node(node.name)
 
     def kubeconfig_of(role: str) -> str:
-        return str(where.kubeconfig) if credentials is None else credentials(role, node.name)
+        return credentials(role, node.name)
 
     kubeconfig = kubeconfig_of("kubelet")
     kubelet = _python(
@@ -232,8 +221,9 @@ def node_agents(
         str(dirs.kubelet_state),
         "--label",
         f"vnpu.io/chip-model={node.model}",
-        # kube-apiserver, unlike the emulator, times creates out while many nodes start.
-        *(() if credentials is None else ("--register-timeout", f"{REGISTER_TIMEOUT_SECONDS:g}")),
+        # kube-apiserver times creates out while many nodes start at once.
+        "--register-timeout",
+        f"{REGISTER_TIMEOUT_SECONDS:g}",
     )
     plugin = _python(
         "vnpu_device_plugin",

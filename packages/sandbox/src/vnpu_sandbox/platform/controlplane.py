@@ -1,4 +1,4 @@
-"""The real Kubernetes control plane of ``vnpu-sandbox up --control-plane real``.
+"""The real Kubernetes control plane of ``vnpu-sandbox up`` (and of ``apiplane`` for tests).
 
 ``up`` calls ``binaries`` first (the pinned etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler that ``make k8s-bin`` builds into the cache), then ``prepare`` for the
@@ -92,9 +92,8 @@ class Ports:
     webhook: int
 
     @classmethod
-    def choose(cls, api: int = 0) -> Ports:
-        free = components.free_port
-        return cls(free(), free(), api or free(), free(), free(), free())
+    def choose(cls, pick: components.PortPicker, api: int = 0) -> Ports:
+        return cls(pick(), pick(), pick(api), pick(), pick(), pick())
 
     def as_dict(self) -> dict[str, int]:
         return {

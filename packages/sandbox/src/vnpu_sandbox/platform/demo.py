@@ -13,6 +13,7 @@ message says which), 2 when there is no ready sandbox in ``--dir``.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -28,6 +29,8 @@ NAME = "demo"
 HELP = "Run the NPU-sharing scenario on a sandbox started by `vnpu-sandbox up`."
 
 SETTLE_SECONDS = 120.0
+SCRAPE_WAIT_SECONDS = 60.0
+"""How long the Prometheus section waits for its figures to equal what was placed."""
 SCALES = ("docs/chat-7b=2", "docs/ocr-forms=16")
 QUERIES = (
     (
@@ -119,8 +122,8 @@ class Scenario:
         heading("The cluster")
         print(self.ctl.run(["get", "nodes", "-L", "vnpu.io/chip-model"]).rstrip())
         self.show_use("Allocation before")
-        heading(f"kubectl apply --validate=false -f {self.manifests}/")
-        print(self.ctl.run(["apply", "--validate=false", "-f", str(self.manifests)]).rstrip())
+        heading(f"kubectl apply -f {self.manifests}/")
+        print(self.ctl.run(["apply", "-f", str(self.manifests)]).rstrip())
         pods = self.settle()
         self.show_placements(pods)
         self.show_refused(pods)
@@ -209,11 +212,23 @@ class Scenario:
         if url is None:
             heading("Prometheus: not running in this sandbox (not on PATH)")
             return
-        held = sum(len(h) for h in _holdings(pods))
+        holdings = _holdings(pods)
+        held = sum(len(h) for h in holdings)
+        templates = _templates(holdings)
         heading(f"Prometheus ({url}), once it has scraped the {held} allocations")
-        seen = _wait_for(lambda: _scalar(url, "sum(vnpu_chip_allocations)") == held, 60.0)
-        if not seen:
-            print("  (the exporters' figures have not reached Prometheus yet; shown as they are)")
+
+        def scraped() -> bool:
+            return _scalar(url, "sum(vnpu_chip_allocations)") == held and (
+                _by_template(url) == templates
+            )
+
+        if not _wait_for(scraped, SCRAPE_WAIT_SECONDS):
+            seen = _by_template(url)
+            print(
+                f"  (after {SCRAPE_WAIT_SECONDS:g} s Prometheus still differs from what was placed:"
+                f" vNPUs per template {seen} against {templates}, allocations "
+                f"{_scalar(url, 'sum(vnpu_chip_allocations)')} against {held})"
+            )
         for title, allocated, capacity in QUERIES:
             print(f"{title}:\n  {allocated}" + (f"\n  {capacity}" if capacity else ""))
             totals = _vector(url, capacity) if capacity else {}
@@ -265,6 +280,24 @@ def _holdings(pods: Iterable[Json]) -> list[dict[str, Any]]:
         if isinstance(held, dict) and (pod.get("spec") or {}).get("nodeName"):
             out.append(held)
     return out
+
+
+def _templates(holdings: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many vNPUs of each template the pods' decisions hold."""
+    counted: collections.Counter[str] = collections.Counter()
+    for held in holdings:
+        for usage in held.values():
+            counted.update(usage.templates)
+    return dict(sorted(counted.items()))
+
+
+def _by_template(url: str) -> dict[str, int] | None:
+    """The vNPUs per template Prometheus holds (None while it cannot be asked)."""
+    try:
+        found = _vector(url, "sum by (template) (vnpu_chip_vnpu_templates) > 0")
+    except (OSError, ValueError, DemoError):
+        return None
+    return {k.removeprefix("template="): int(v) for k, v in sorted(found.items())}
 
 
 def _query(url: str, promql: str) -> list[Json]:

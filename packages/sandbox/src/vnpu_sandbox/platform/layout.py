@@ -111,8 +111,6 @@ class Record:
     prometheus_url: str | None = None
     processes: list[processes.Process] = field(default_factory=list)
     ready: bool = False
-    control_plane: str = "emulator"
-    """``emulator`` (``vnpu-sandbox apiserver``) or ``real`` (kube-apiserver and friends)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,7 +122,6 @@ class Record:
             "ports": self.ports,
             "prometheus_url": self.prometheus_url,
             "ready": self.ready,
-            "control_plane": self.control_plane,
             "processes": [p.to_json() for p in self.processes],
         }
 
@@ -158,7 +155,6 @@ def read(layout: Layout) -> Record | None:
             prometheus_url=raw.get("prometheus_url"),
             processes=[processes.Process.from_json(p) for p in raw["processes"]],
             ready=bool(raw.get("ready", False)),
-            control_plane=str(raw.get("control_plane", "emulator")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise RecordError(f"{layout.record}: not a sandbox record: {exc}") from exc

@@ -1,10 +1,10 @@
 """The configuration documents ``up`` writes: kube-scheduler's, the webhooks', Prometheus's.
 
 Each mirrors what the Helm chart renders for a real cluster (``deploy/helm/vnpu``), with the
-sandbox's loopback addresses instead of Services: the scheduling driver reads the same
-``KubeSchedulerConfiguration`` kube-scheduler would (a test compares the two), the webhook
-configurations differ only in using ``clientConfig.url``, and Prometheus scrapes the jobs the
-alert rules expect (``vnpu-exporter``, ``vnpu-device-plugin``, ``vnpu-scheduler``).
+sandbox's loopback addresses instead of Services: kube-scheduler reads the chart's
+``KubeSchedulerConfiguration`` (a test compares the two), the webhook configurations differ
+only in using ``clientConfig.url``, and Prometheus scrapes the jobs the alert rules expect
+(``vnpu-exporter``, ``vnpu-device-plugin``, ``vnpu-scheduler``).
 """
 
 from __future__ import annotations

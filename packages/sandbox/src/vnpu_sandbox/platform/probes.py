@@ -3,8 +3,9 @@
 ``up`` polls these until everything answers (or its timeout passes), ``status`` asks once.
 A node is ready when its Ready condition is True, its NPUs are in allocatable (the device
 plugin registered with the kubelet) and its device plugin has published the chip inventory
-the scheduler reads (``hami.io/node-register-<CW>``). Plain ``urllib`` is enough: the API
-emulator needs no credentials and this runs before any client library would be of use.
+the scheduler reads (``hami.io/node-register-<CW>``). The sandbox is usable when, on top of
+that, kube-apiserver admits an NPU pod in ``default`` (``usable``). Plain ``urllib`` with the
+admin's TLS context is enough: this runs before any client library would be of use.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from vnpu_sandbox.platform import clusterfile
+from vnpu_sandbox.platform import clusterfile, manifests
 
 REGISTER_PREFIX = "hami.io/node-register-"
+PROBE_POD = "vnpu-sandbox-ready"
 
 
 def http_ok(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> bool:
@@ -67,3 +69,54 @@ def _problem(obj: dict[str, Any] | None, node: clusterfile.NodeSpec) -> str:
     if f"{REGISTER_PREFIX}{node.common_word}" not in annotations:
         return "device plugin has not published its chips yet"
     return ""
+
+
+def usable(
+    api_url: str, nodes: Sequence[clusterfile.NodeSpec], context: ssl.SSLContext | None = None
+) -> dict[str, str]:
+    """Whether an NPU pod created in ``default`` now would be admitted and routed to vnpu.
+
+    A server-side dry run (``dryRun=All``: admission runs, nothing is stored) of a pod asking
+    one chip of the first node's model: it fails while the ``default`` ServiceAccount does not
+    exist yet (kube-controller-manager makes it a moment after start), and comes back without
+    vnpu's scheduler name while the mutating webhook does not answer (its failure policy lets
+    the pod through unchanged). Empty when usable, else {what: why}.
+    """
+    if not nodes:
+        return {}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": PROBE_POD, "namespace": "default"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "probe",
+                    "resources": {"limits": {nodes[0].resource: "1"}},
+                }
+            ]
+        },
+    }
+    request = urllib.request.Request(
+        f"{api_url}/api/v1/namespaces/default/pods?dryRun=All",
+        data=json.dumps(pod).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            admitted = json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", errors="replace")
+        try:
+            message = json.loads(body).get("message", body)
+        except ValueError:
+            message = body
+        return {"admission": f"an NPU pod in default is refused: {message[:200]}"}
+    except (OSError, ValueError) as exc:
+        return {"admission": f"cannot ask kube-apiserver: {exc}"}
+    routed = admitted.get("spec", {}).get("schedulerName")
+    if routed != manifests.SCHEDULER_NAME:
+        return {"webhook": f"an NPU pod is not routed to {manifests.SCHEDULER_NAME} yet"}
+    return {}

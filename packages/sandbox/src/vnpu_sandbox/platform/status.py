@@ -41,10 +41,8 @@ def run(args: argparse.Namespace) -> int:
         healthy = healthy and running
         state = "running" if running else "exited"
         print(f"  {process.name:<28} pid {process.pid:<8} {state:<8} {process.log}")
-    context = None
-    if record.control_plane == "real":
-        pki = certificates.Pki(controlplane.pki_dir(where))
-        context = controlplane.tls_context(pki) if pki.ca.cert.exists() else None
+    pki = certificates.Pki(controlplane.pki_dir(where))
+    context = controlplane.tls_context(pki) if pki.ca.cert.exists() else None
     problems = probes.node_problems(record.api_url, record.nodes, context)
     for node in record.nodes:
         problem = problems.get(node.name)

@@ -2,9 +2,9 @@
 
 ``vnpu_sandbox.cli`` registers this subcommand. It reads the cluster file (default: the
 three-node ``cluster.yaml`` beside this module), refuses a directory whose sandbox still
-runs, starts the API emulator, registers vnpu-scheduler's webhooks (url form), writes the
-kube-scheduler and Prometheus configurations, starts every other component and waits until
-each answers and every node is Ready with its NPUs published. Then it prints the kubeconfig
+runs, chooses every port at once (none reused), and brings up the real control plane built
+by ``make k8s-bin`` with vnpu's services and the simulated nodes around it
+(``bringup.bring_up``), waiting until the sandbox is usable. Then it prints the kubeconfig
 to export, every port and where the logs are, and exits, leaving the sandbox running.
 
 Exit status: 0 up, 1 a component failed (the message names it and shows the end of its log;
@@ -15,39 +15,30 @@ interrupted (everything started is stopped).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import yaml
-
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.platform import (
+    bringup,
     clusterfile,
     components,
     controlplane,
     layout,
-    manifests,
-    probes,
     processes,
-    realup,
     startup,
 )
 
 NAME = "up"
-HELP = "Start the whole vnpu platform on simulated nodes (API, kubelets, plugins, scheduler...)."
+HELP = (
+    "Start the whole vnpu platform on simulated nodes: the real control plane, "
+    "vnpu's services, simulated kubelets."
+)
 
 DEFAULT_CLUSTER = Path(__file__).with_name("cluster.yaml")
 DEFAULT_DIR = Path(".vnpu-sandbox")
 DEFAULT_ALERT_RULES = Path("deploy/alerts/vnpu-alerts.yaml")
-_WEBHOOK_PATHS = {
-    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-}
 
 
 def _port(text: str) -> int:
@@ -78,12 +69,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=60.0,
+        default=120.0,
         metavar="SECONDS",
         help="give up when not ready after this long (default: %(default)s)",
     )
     parser.add_argument(
-        "--api-port", type=_port, default=0, help="API emulator port (default: a free one)"
+        "--api-port", type=_port, default=0, help="kube-apiserver's port (default: a free one)"
     )
     parser.add_argument(
         "--prometheus-port", type=_port, default=0, help="Prometheus port (default: a free one)"
@@ -97,27 +88,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="start no exporter (they are not on the scheduling path; saves ~90 MB per node)",
     )
     parser.add_argument(
-        "--control-plane",
-        choices=("emulator", "real"),
-        default="emulator",
-        help="the API emulator, or etcd, kube-apiserver, kube-controller-manager and "
-        "kube-scheduler built by `make k8s-bin` (docs/real-control-plane.md; "
-        "default: %(default)s)",
-    )
-    parser.add_argument(
         "--schedulers",
         type=_count,
         default=1,
         metavar="N",
-        help="with --control-plane real: N kube-schedulers, each with its own vnpu-scheduler, "
-        "all active (default: %(default)s)",
+        help="N kube-schedulers, each with its own vnpu-scheduler, all active "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--rbac",
         type=Path,
         metavar="FILE",
-        help="with --control-plane real: the chart rendered to YAML (`make chart OUT=FILE`); "
-        "its RBAC objects give vnpu's services their rights (default: cluster-admin)",
+        help="the chart rendered to YAML (`make chart OUT=FILE`); its RBAC objects give "
+        "vnpu's services their rights (default: cluster-admin)",
     )
     parser.add_argument(
         "--alert-rules",
@@ -159,11 +142,10 @@ def run(args: argparse.Namespace) -> int:
                 f"stop it with `vnpu-sandbox down --dir {args.dir}`",
                 status=1,
             )
-    real = args.control_plane == "real"
     try:
-        bins = controlplane.binaries() if real else {}
+        bins = controlplane.binaries()
     except controlplane.ControlPlaneError as exc:
-        return _fail(f"--control-plane real: {exc}")
+        return _fail(str(exc))
     too_long = components.longest_socket(where, nodes)
     if too_long is not None:
         return _fail(
@@ -173,46 +155,37 @@ def run(args: argparse.Namespace) -> int:
     prometheus, rules, notes = _prometheus(args)
     if rules is not None and not rules.is_file():
         return _fail(f"--alert-rules {rules}: no such file")
-    if args.rbac is not None and not (real and args.rbac.is_file()):
-        return _fail(f"--rbac {args.rbac}: no such file, or not with --control-plane real")
+    if args.rbac is not None and not args.rbac.is_file():
+        return _fail(f"--rbac {args.rbac}: no such file")
     for stale in ("nodes", "logs", "prometheus", "control-plane"):
         shutil.rmtree(where.root / stale, ignore_errors=True)
-    ports = components.choose_ports(
-        nodes,
-        api=args.api_port,
-        prometheus=None if prometheus is None else args.prometheus_port,
-        exporters=not args.no_exporters,
-    )
-    plane = controlplane.Plane.at(where, controlplane.Ports.choose(ports.api), bins)
-    api_url = plane.api_url if real else components.url(ports.api)
+    pick = components.PortPicker()
+    try:
+        ports = components.choose_ports(
+            nodes,
+            pick,
+            api=args.api_port,
+            prometheus=None if prometheus is None else args.prometheus_port,
+            exporters=not args.no_exporters,
+        )
+        plane = controlplane.Plane.at(where, controlplane.Ports.choose(pick, ports.api), bins)
+        replicas = [(pick(), pick()) for _ in range(args.schedulers - 1)]
+    finally:
+        pick.close()
     record = layout.Record(
-        api_url=api_url,
+        api_url=plane.api_url,
         kubeconfig=str(where.kubeconfig),
         cluster_file=str(Path(args.cluster).resolve()),
         nodes=list(nodes),
-        ports=ports.as_dict(),
+        ports=ports.as_dict() | plane.ports.as_dict(),
         prometheus_url=components.url(ports.prometheus) if prometheus else None,
-        control_plane=args.control_plane,
     )
-    if real:
-        record.ports.update(plane.ports.as_dict())
     run_ = startup.Startup(where, record)
     try:
-        if real:
-            _write_prometheus_config(where, ports, prometheus, rules)
-            realup.bring_up(
-                run_,
-                where,
-                nodes,
-                ports,
-                plane,
-                prometheus,
-                args.timeout,
-                args.schedulers,
-                args.rbac,
-            )
-        else:
-            _bring_up(run_, where, nodes, ports, prometheus, rules, args.timeout)
+        bringup.bring_up(
+            run_, where, nodes, ports, plane, args.timeout,
+            prometheus=prometheus, rules=rules, replicas=replicas, rbac=args.rbac,
+        )  # fmt: skip
     except startup.StartError as exc:
         run_.stop_all()
         where.record.unlink(missing_ok=True)
@@ -241,69 +214,6 @@ def _prometheus(args: argparse.Namespace) -> tuple[str | None, Path | None, list
     return binary, rules.resolve() if rules is not None else None, notes
 
 
-def _bring_up(
-    run_: startup.Startup,
-    where: layout.Layout,
-    nodes: tuple[clusterfile.NodeSpec, ...],
-    ports: components.Ports,
-    prometheus: str | None,
-    rules: Path | None,
-    timeout: float,
-) -> None:
-    deadline = time.monotonic() + timeout
-    run_.start(components.api_server(ports))
-    run_.wait_ready(timeout, names=["apiserver"])
-    harness.write_kubeconfig(where.kubeconfig, run_.record.api_url)
-    scheduler_url = components.url(ports.scheduler)
-    for document in manifests.webhook_configurations(scheduler_url):
-        _create(run_.record.api_url, document)
-    _write_yaml(where.kube_scheduler_config, manifests.kube_scheduler_config(scheduler_url))
-    _write_prometheus_config(where, ports, prometheus, rules)
-    for node in nodes:
-        components.write_chips(where.node(node.name), node)
-    for component in components.services(where, nodes, ports, prometheus):
-        run_.start(component)
-    run_.wait_ready(
-        max(deadline - time.monotonic(), 1.0),
-        extra=lambda: probes.node_problems(run_.record.api_url, nodes),
-        progress=lambda line: print(f"vnpu-sandbox up: {line}", file=sys.stderr),
-    )
-
-
-def _write_prometheus_config(
-    where: layout.Layout, ports: components.Ports, prometheus: str | None, rules: Path | None
-) -> None:
-    if prometheus is None:
-        return
-    config = manifests.prometheus_config(
-        f"{components.LOOPBACK}:{ports.scheduler}",
-        [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.device_plugins.items()],
-        [(n, f"{components.LOOPBACK}:{p}") for n, p in ports.exporters.items()],
-        [str(rules)] if rules is not None else [],
-    )
-    _write_yaml(where.prometheus / "prometheus.yml", config)
-
-
-def _create(api_url: str, document: dict[str, object]) -> None:
-    kind = str(document["kind"])
-    request = urllib.request.Request(
-        f"{api_url}/apis/admissionregistration.k8s.io/v1/{_WEBHOOK_PATHS[kind]}",
-        data=json.dumps(document).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            answer.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise startup.StartError("apiserver", f"cannot register the {kind}: {exc}") from exc
-
-
-def _write_yaml(path: Path, document: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-
-
 def summary(
     where: layout.Layout,
     record: layout.Record,
@@ -318,8 +228,7 @@ def summary(
         f"  export KUBECONFIG={where.kubeconfig}",
         "  kubectl get nodes",
         "",
-        f"  {'kube-apiserver' if record.control_plane == 'real' else 'API emulator':<16} "
-        f"{record.api_url}",
+        f"  kube-apiserver   {record.api_url}",
         f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
         "  (extender, webhooks, /metrics)",
     ]

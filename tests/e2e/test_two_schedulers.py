@@ -20,7 +20,7 @@ from vnpu_core import catalog, protocol
 from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import layout
 
-pytestmark = [pytest.mark.real_control_plane, pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 CLUSTER = """\
 nodes:
@@ -58,8 +58,8 @@ def _bound(url: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def test_two_active_schedulers_never_over_commit_a_chip(cluster: Any) -> None:
-    cluster.ctl.run(["apply", "-f", str(cluster.write(LOAD))])
+def test_two_active_schedulers_never_over_commit_a_chip(sandbox: Any) -> None:
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(LOAD))])
     # A pod refused once may still be placed on a retry (a bind of the other replica failed
     # and freed what it had claimed): settled means the same pods Running 10 s apart.
     last: dict[str, Any] = {"running": None, "at": 0.0}
@@ -76,14 +76,14 @@ def test_two_active_schedulers_never_over_commit_a_chip(cluster: Any) -> None:
         return pods if time.monotonic() - last["at"] >= 10 else None
 
     def quiet() -> list[Any] | None:
-        pods = cluster.ctl.items(["get", "pods", "-n", "load"])
+        pods = sandbox.ctl.items(["get", "pods", "-n", "load"])
         if len(pods) < REPLICAS:
             return None
         phases = collections.Counter(p.get("status", {}).get("phase") for p in pods)
         pending = [p for p in pods if p.get("status", {}).get("phase") == "Pending"]
         if any(p["spec"].get("nodeName") for p in pending):
             return None  # bound, not Running yet
-        events = cluster.ctl.items(
+        events = sandbox.ctl.items(
             ["get", "events", "-n", "load", "--field-selector", "reason=FailedScheduling"]
         )
         refused = {e["involvedObject"]["name"] for e in events}
@@ -93,7 +93,7 @@ def test_two_active_schedulers_never_over_commit_a_chip(cluster: Any) -> None:
             return pods
         return None
 
-    pods = cluster.wait_for(settled, "every pod Running or refused by the schedulers", 240)
+    pods = sandbox.wait_for(settled, "every pod Running or refused by the schedulers", 240)
 
     assert not [p for p in pods if p["status"].get("phase") == "Failed"]
     per_chip: dict[str, list[protocol.DeviceEntry]] = collections.defaultdict(list)
@@ -115,20 +115,20 @@ def test_two_active_schedulers_never_over_commit_a_chip(cluster: Any) -> None:
     assert REPLICAS > len(running) >= 16, len(running)
     # What the device plugins created on the simulated chips is what the pods hold.
     for node in ("duo-0", "duo-1"):
-        sim = sim_backend.SimBackend(layout.Layout.at(cluster.directory).node(node).sim)
+        sim = sim_backend.SimBackend(layout.Layout.at(sandbox.directory).node(node).sim)
         vnpus = [v for chip in sim.chips() for v in sim.vnpus(chip.phy_id)]
         assert len(vnpus) == sum(1 for p in running if p["spec"]["nodeName"] == node), node
 
     # Both replicas bound pods: the race was real.
-    urls = [f"http://127.0.0.1:{cluster.record.ports[k]}" for k in ("scheduler", "scheduler-2")]
+    urls = [f"http://127.0.0.1:{sandbox.record.ports[k]}" for k in ("scheduler", "scheduler-2")]
     bound = [_bound(url) for url in urls]
     assert all(count > 0 for count in bound), bound
 
     def binds_match_running() -> bool:
         # A replica counts its bind once the Binding has landed, which may be just after the
         # pod started; and a pod refused earlier may since have been placed.
-        pods = cluster.ctl.items(["get", "pods", "-n", "load"])
+        pods = sandbox.ctl.items(["get", "pods", "-n", "load"])
         now = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
         return sum(_bound(url) for url in urls) == now
 
-    cluster.wait_for(binds_match_running, "the replicas' bind counts to match the pods Running", 30)
+    sandbox.wait_for(binds_match_running, "the replicas' bind counts to match the pods Running", 30)

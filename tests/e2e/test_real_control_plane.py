@@ -16,7 +16,7 @@ import pytest
 from vnpu_core import protocol
 from vnpu_sandbox.platform import kubectl
 
-pytestmark = [pytest.mark.real_control_plane, pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MEMORY = "huawei.com/Ascend310P-memory"
 DEPLOYMENT = """\
@@ -40,27 +40,27 @@ spec:
 """
 
 
-def _phases(cluster: Any, namespace: str, label: str) -> dict[str, str]:
-    pods = cluster.ctl.items(["get", "pods", "-n", namespace, "-l", label])
+def _phases(sandbox: Any, namespace: str, label: str) -> dict[str, str]:
+    pods = sandbox.ctl.items(["get", "pods", "-n", namespace, "-l", label])
     return {p["metadata"]["name"]: p.get("status", {}).get("phase", "") for p in pods}
 
 
-def _running(cluster: Any, namespace: str, label: str, count: int) -> dict[str, str] | None:
-    phases = _phases(cluster, namespace, label)
+def _running(sandbox: Any, namespace: str, label: str, count: int) -> dict[str, str] | None:
+    phases = _phases(sandbox, namespace, label)
     if len(phases) == count and set(phases.values()) == {"Running"}:
         return phases
     return None
 
 
-def test_a_deployment_is_validated_scheduled_through_the_extender_and_scaled(cluster: Any) -> None:
+def test_a_deployment_is_validated_scheduled_through_the_extender_and_scaled(sandbox: Any) -> None:
     # Validation is on: the server's schema refuses an unknown field before anything is made.
     typo = DEPLOYMENT.replace("replicas: 2", "replica: 2")
     with pytest.raises(kubectl.KubectlError, match=r"unknown field \"spec.replica\""):
-        cluster.ctl.run(["apply", "-f", str(cluster.write(typo))])
-    cluster.ctl.run(["apply", "-f", str(cluster.write(DEPLOYMENT))])
-    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 2), "2 ocr pods Running", 90)
+        sandbox.ctl.run(["apply", "-f", str(sandbox.write(typo))])
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(DEPLOYMENT))])
+    sandbox.wait_for(lambda: _running(sandbox, "docs", "app=ocr", 2), "2 ocr pods Running", 90)
 
-    for pod in cluster.pods("docs").values():
+    for pod in sandbox.pods("docs").values():
         spec = pod["spec"]
         # The mutating webhook routed the pod and rounded 2000 MiB to the vir01 template.
         assert spec["schedulerName"] == "vnpu-scheduler"
@@ -70,19 +70,19 @@ def test_a_deployment_is_validated_scheduled_through_the_extender_and_scaled(clu
         assert protocol.allocated_key("Ascend310P") in pod["metadata"]["annotations"]
 
     # kube-controller-manager scales through the ReplicaSet, up and then down.
-    cluster.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=5"])
-    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 5), "5 ocr pods Running", 90)
-    cluster.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=1"])
-    cluster.wait_for(lambda: _running(cluster, "docs", "app=ocr", 1), "1 ocr pod left", 90)
-    deployment = cluster.ctl.json(["get", "deployment", "-n", "docs", "ocr"])
+    sandbox.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=5"])
+    sandbox.wait_for(lambda: _running(sandbox, "docs", "app=ocr", 5), "5 ocr pods Running", 90)
+    sandbox.ctl.run(["scale", "deployment", "-n", "docs", "ocr", "--replicas=1"])
+    sandbox.wait_for(lambda: _running(sandbox, "docs", "app=ocr", 1), "1 ocr pod left", 90)
+    deployment = sandbox.ctl.json(["get", "deployment", "-n", "docs", "ocr"])
     assert deployment["status"]["availableReplicas"] == 1
 
     # Deleting the Deployment leaves its ReplicaSet and pods to the garbage collector.
-    cluster.ctl.run(["delete", "deployment", "-n", "docs", "ocr"])
-    cluster.wait_for(lambda: not _phases(cluster, "docs", "app=ocr"), "the pods collected", 90)
+    sandbox.ctl.run(["delete", "deployment", "-n", "docs", "ocr"])
+    sandbox.wait_for(lambda: not _phases(sandbox, "docs", "app=ocr"), "the pods collected", 90)
 
 
-def test_the_webhook_over_tls_refuses_what_no_chip_can_serve(cluster: Any) -> None:
+def test_the_webhook_over_tls_refuses_what_no_chip_can_serve(sandbox: Any) -> None:
     pod = """\
 apiVersion: v1
 kind: Pod
@@ -94,12 +94,12 @@ spec:
       resources: {limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 999999}}
 """
     with pytest.raises(kubectl.KubectlError) as refused:
-        cluster.ctl.run(["create", "-f", str(cluster.write(pod))])
+        sandbox.ctl.run(["create", "-f", str(sandbox.write(pod))])
     assert 'admission webhook "mutate.vnpu.io" denied the request' in str(refused.value)
     assert MEMORY in str(refused.value)
 
 
-def test_kube_scheduler_reports_the_extenders_reasons(cluster: Any) -> None:
+def test_kube_scheduler_reports_the_extenders_reasons(sandbox: Any) -> None:
     pod = """\
 apiVersion: v1
 kind: Pod
@@ -108,24 +108,24 @@ spec:
   containers:
     - {name: c, image: registry.invalid/x:1, resources: {limits: {huawei.com/Ascend910B3: 16}}}
 """
-    cluster.ctl.run(["create", "-f", str(cluster.write(pod))])
+    sandbox.ctl.run(["create", "-f", str(sandbox.write(pod))])
 
     def refusal() -> dict[str, Any] | None:
-        events = cluster.ctl.items(
+        events = sandbox.ctl.items(
             ["get", "events", "-n", "default", "--field-selector", "involvedObject.name=sixteen"]
         )
         found = [e for e in events if e.get("reason") == "FailedScheduling"]
         return found[-1] if found else None
 
-    event = cluster.wait_for(refusal, "kube-scheduler's FailedScheduling event", 60)
+    event = sandbox.wait_for(refusal, "kube-scheduler's FailedScheduling event", 60)
     assert event["message"].startswith("0/3 nodes are available: "), event
     assert "Ascend910B3" in event["message"], event
     assert event.get("reportingComponent") == "vnpu-scheduler", event
-    assert cluster.pods("default")["sixteen"]["status"]["phase"] == "Pending"
-    cluster.ctl.run(["delete", "pod", "-n", "default", "sixteen", "--wait=false"])
+    assert sandbox.pods("default")["sixteen"]["status"]["phase"] == "Pending"
+    sandbox.ctl.run(["delete", "pod", "-n", "default", "sixteen", "--wait=false"])
 
 
-def test_resource_quota_charges_the_rounded_memory(cluster: Any) -> None:
+def test_resource_quota_charges_the_rounded_memory(sandbox: Any) -> None:
     quota = """\
 apiVersion: v1
 kind: Namespace
@@ -137,7 +137,7 @@ metadata: {name: npu, namespace: quota}
 spec:
   hard: {requests.huawei.com/Ascend310P-memory: "6144"}
 """
-    cluster.ctl.run(["apply", "-f", str(cluster.write(quota))])
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(quota))])
 
     def pod(name: str, memory: int) -> str:
         return f"""\
@@ -152,17 +152,17 @@ spec:
 """
 
     def used() -> str:
-        status = cluster.ctl.json(["get", "resourcequota", "-n", "quota", "npu"]).get("status", {})
+        status = sandbox.ctl.json(["get", "resourcequota", "-n", "quota", "npu"]).get("status", {})
         return str(status.get("used", {}).get(f"requests.{MEMORY}", ""))
 
     # The quota controller fills in status before the admission plugin charges anything.
-    cluster.wait_for(lambda: used() == "0", "the quota's status", 30)
-    cluster.ctl.run(["create", "-f", str(cluster.write(pod("a", 2000)))])
-    cluster.ctl.run(["create", "-f", str(cluster.write(pod("b", 2000)))])
+    sandbox.wait_for(lambda: used() == "0", "the quota's status", 30)
+    sandbox.ctl.run(["create", "-f", str(sandbox.write(pod("a", 2000)))])
+    sandbox.ctl.run(["create", "-f", str(sandbox.write(pod("b", 2000)))])
     assert used() == "6144"  # 2 x 3072 (vir01), not 2 x 2000
     # 1000 MiB more would fit in 6144 unrounded (5000); rounded to 3072 it does not.
     with pytest.raises(kubectl.KubectlError, match="exceeded quota: npu,"):
-        cluster.ctl.run(["create", "-f", str(cluster.write(pod("c", 1000)))])
+        sandbox.ctl.run(["create", "-f", str(sandbox.write(pod("c", 1000)))])
     # Kubernetes quotas extended resources by requests only: a limits.<extended> hard limit is
     # accepted, never counted and never enforced by it. vnpu reads it as the real total of the
     # model's memory and enforces it: a request that alone passes it is denied at admission.
@@ -173,29 +173,29 @@ metadata: {name: npu-limits, namespace: quota}
 spec:
   hard: {limits.huawei.com/Ascend310P-memory: "1"}
 """
-    cluster.ctl.run(["apply", "-f", str(cluster.write(limits))])
-    counted = cluster.ctl.json(["get", "resourcequota", "-n", "quota", "npu-limits"])
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(limits))])
+    counted = sandbox.ctl.json(["get", "resourcequota", "-n", "quota", "npu-limits"])
     assert f"limits.{MEMORY}" not in counted.get("status", {}).get("used", {})
 
     def denied() -> str:
         try:
-            cluster.ctl.run(
-                ["create", "--dry-run=server", "-f", str(cluster.write(pod("d", 1000)))]
+            sandbox.ctl.run(
+                ["create", "--dry-run=server", "-f", str(sandbox.write(pod("d", 1000)))]
             )
         except kubectl.KubectlError as exc:
             return str(exc)
         return ""
 
-    message = cluster.wait_for(denied, "vnpu's webhook applying npu-limits", 30)
+    message = sandbox.wait_for(denied, "vnpu's webhook applying npu-limits", 30)
     assert (
         "the request alone exceeds its NPU quota: quota quota/npu-limits "
         "limits.huawei.com/Ascend310P-memory: used 0 + asked 3072 > limit 1 MiB"
     ) in message
-    cluster.ctl.run(["delete", "namespace", "quota", "--wait=false"])
+    sandbox.ctl.run(["delete", "namespace", "quota", "--wait=false"])
 
 
-def test_each_kubelet_may_change_only_its_own_node(cluster: Any) -> None:
-    duo = cluster.as_identity("node-duo")
+def test_each_kubelet_may_change_only_its_own_node(sandbox: Any) -> None:
+    duo = sandbox.as_identity("node-duo")
     # The node's own object it may read and change; another node's it may not.
     duo.run(["annotate", "node", "duo", "vnpu.io/checked=yes", "--overwrite"])
     with pytest.raises(kubectl.KubectlError, match=r"[Ff]orbidden"):
@@ -203,5 +203,5 @@ def test_each_kubelet_may_change_only_its_own_node(cluster: Any) -> None:
     # Nor may it read what is not bound to it, such as a Secret.
     with pytest.raises(kubectl.KubectlError, match=r"[Ff]orbidden"):
         duo.run(["get", "secrets", "-n", "kube-system"])
-    leases = cluster.ctl.items(["get", "leases", "-n", "kube-node-lease"])
+    leases = sandbox.ctl.items(["get", "leases", "-n", "kube-node-lease"])
     assert {lease["metadata"]["name"] for lease in leases} >= {"duo", "a2", "soft"}

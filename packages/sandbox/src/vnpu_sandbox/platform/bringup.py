@@ -1,14 +1,18 @@
-"""``vnpu-sandbox up --control-plane real``: the platform around a real Kubernetes control plane.
+"""Bringing the platform up around a real Kubernetes control plane, for ``vnpu-sandbox up``.
 
-``up`` calls ``bring_up`` instead of its emulator path. In order: certificates and
-kubeconfigs (``controlplane.prepare``), etcd, kube-apiserver, vnpu's service accounts and
-their binding, the webhook configurations (``https`` URLs of vnpu-scheduler's webhook
-listener with the sandbox CA as ``caBundle``), kube-scheduler's configuration (the chart's
-document, as the emulator path writes it, plus ``clientConnection``), the simulated chips,
-kube-controller-manager, kube-scheduler, then vnpu-scheduler and every node's kubelet, device
-plugin and exporter, each with its own identity. Ready is what it is on the emulator: every
-HTTP endpoint answers and every node is Ready with its NPUs published. Failures are
-``startup.StartError``, as on the emulator path.
+``up`` chooses the ports and calls ``bring_up``. In order: certificates and kubeconfigs
+(``controlplane.prepare``), etcd, kube-apiserver, vnpu's service accounts and their binding,
+the webhook configurations (``https`` URLs of vnpu-scheduler's webhook listener with the
+sandbox CA as ``caBundle``), kube-scheduler's configuration (the chart's document plus
+``clientConnection``), the simulated chips, kube-controller-manager, kube-scheduler, then
+vnpu-scheduler and every node's kubelet, device plugin and exporter, each with its own
+identity.
+
+Ready means usable (``probes.usable``): every HTTP endpoint answers, every node is Ready with
+its NPUs published, and kube-apiserver admits an NPU pod in ``default`` (a server-side dry
+run: the ``default`` ServiceAccount exists and vnpu's mutating webhook answered), so a
+``kubectl apply`` right after ``up`` is admitted and scheduled. Failures are
+``startup.StartError``.
 """
 
 from __future__ import annotations
@@ -47,13 +51,17 @@ def bring_up(
     nodes: Sequence[clusterfile.NodeSpec],
     ports: components.Ports,
     plane: controlplane.Plane,
-    prometheus: str | None,
     timeout: float,
-    schedulers: int = 1,
+    *,
+    prometheus: str | None = None,
+    rules: Path | None = None,
+    replicas: Sequence[tuple[int, int]] = (),
     rbac: Path | None = None,
 ) -> None:
-    """Start everything; ``schedulers`` pairs of kube-scheduler and vnpu-scheduler (see
-    ``_more_schedulers``); ``rbac``: the rendered chart whose RBAC objects to apply."""
+    """Start everything; ``prometheus``: its binary (None: none), loading the alert ``rules``;
+    ``replicas``: the ports (vnpu-scheduler's, kube-scheduler's) of more pairs of
+    kube-scheduler and vnpu-scheduler (see ``_more_schedulers``); ``rbac``: the rendered chart
+    whose RBAC objects to apply."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -75,6 +83,8 @@ def bring_up(
         raise startup.StartError("kube-apiserver", str(exc)) from exc
     extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
     _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
+    if prometheus is not None:
+        _write_yaml(where.prometheus / "prometheus.yml", _prometheus_config(ports, rules))
     for node in nodes:
         components.write_chips(where.node(node.name), node)
     run_.start(controlplane.controller_manager(plane))
@@ -84,16 +94,29 @@ def bring_up(
         nodes,
         ports,
         prometheus,
-        credentials=controlplane.credentials(plane),
+        controlplane.credentials(plane),
         scheduler_flags=controlplane.scheduler_flags(plane),
     ):
         run_.start(component)
-    for extra in _more_schedulers(run_, where, ports, plane, schedulers):
+    for extra in _more_schedulers(run_, where, ports, plane, replicas):
         run_.start(extra)
     run_.wait_ready(
         left(),
-        extra=lambda: probes.node_problems(plane.api_url, nodes, run_.tls),
+        extra=lambda: (
+            probes.node_problems(plane.api_url, nodes, run_.tls)
+            or probes.usable(plane.api_url, nodes, run_.tls)
+        ),
         progress=_progress,
+    )
+
+
+def _prometheus_config(ports: components.Ports, rules: Path | None) -> dict[str, object]:
+    loopback = components.LOOPBACK
+    return manifests.prometheus_config(
+        f"{loopback}:{ports.scheduler}",
+        [(n, f"{loopback}:{p}") for n, p in ports.device_plugins.items()],
+        [(n, f"{loopback}:{p}") for n, p in ports.exporters.items()],
+        [str(rules)] if rules is not None else [],
     )
 
 
@@ -102,7 +125,7 @@ def _more_schedulers(
     where: layout.Layout,
     ports: components.Ports,
     plane: controlplane.Plane,
-    schedulers: int,
+    replicas: Sequence[tuple[int, int]],
 ) -> list[components.Component]:
     """Replicas 2..N: each a vnpu-scheduler and a kube-scheduler calling it as its extender.
 
@@ -111,14 +134,13 @@ def _more_schedulers(
     first vnpu-scheduler serves the webhooks (any replica would answer them alike).
     """
     found: list[components.Component] = []
-    for index in range(2, schedulers + 1):
-        port, secure = components.free_port(), components.free_port()
+    for index, (port, secure) in enumerate(replicas, start=2):
         replica = components.services(
             where,
             (),
             dataclasses.replace(ports, scheduler=port),
             None,
-            credentials=controlplane.credentials(plane),
+            controlplane.credentials(plane),
         )[0]
         config = where.root / f"kube-scheduler-{index}.yaml"
         extender = manifests.kube_scheduler_config(components.url(port))
