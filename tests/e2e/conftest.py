@@ -43,14 +43,22 @@ UP_TIMEOUT_SECONDS = 150.0
 Json = dict[str, Any]
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 60.0,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """``check()`` once it is truthy; on timeout an AssertionError naming ``what``, with
+    ``explain()`` (the state that kept it from holding) appended."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{detail}")
         time.sleep(0.2)
 
 
@@ -91,6 +99,27 @@ class Sandbox:
 
     def pods(self, namespace: str = "default") -> dict[str, Json]:
         return {p["metadata"]["name"]: p for p in self.ctl.items(["get", "pods", "-n", namespace])}
+
+    def describe_pods(self, namespace: str = "default") -> str:
+        """Each pod's phase, node, conditions and events: what a timeout message shows."""
+        lines = []
+        for name, pod in sorted(self.pods(namespace).items()):
+            status = pod.get("status") or {}
+            conditions = [
+                f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}"
+                for c in status.get("conditions") or []
+            ]
+            deleting = " deleting" if pod["metadata"].get("deletionTimestamp") else ""
+            lines.append(
+                f"  {name}: {status.get('phase')}{deleting} on {pod['spec'].get('nodeName')}; "
+                + "; ".join(conditions)
+            )
+        events = self.ctl.items(["get", "events", "-n", namespace])
+        lines += [
+            f"  event {e['involvedObject'].get('name')}: {e.get('reason')} {e.get('message')}"
+            for e in events[-15:]
+        ]
+        return "\n".join(lines)
 
     def log(self, name: str) -> str:
         return layout.Layout.at(self.directory).log(name).read_text(errors="replace")

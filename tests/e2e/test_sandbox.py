@@ -83,7 +83,10 @@ def _running(sandbox: Any, names: set[str]) -> dict[str, dict[str, object]] | No
 def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
     sandbox.apply(PODS)
     pods = sandbox.wait_for(
-        lambda: _running(sandbox, set(PLACED)), "the placeable pods Running", 60
+        lambda: _running(sandbox, set(PLACED)),
+        "the placeable pods Running",
+        60,
+        explain=sandbox.describe_pods,
     )
 
     for name, node in PLACED.items():
@@ -150,7 +153,7 @@ def test_pods_share_chips_and_everything_sees_it(sandbox: Any) -> None:
     sandbox.ctl.run(["delete", "pod", "ocr", "asr", "train", "rerank", "too-big", "--wait=false"])
     sandbox.wait_for(lambda: not sandbox.vnpus("duo"), "the vNPUs destroyed", 30)
     sandbox.wait_for(lambda: not sandbox.ledger_records("duo"), "the ledger emptied", 30)
-    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
+    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30, explain=sandbox.describe_pods)
 
 
 DEMO_MANIFESTS = {
@@ -202,7 +205,9 @@ def test_the_demo_scenario_explains_and_counts_what_it_placed(sandbox: Any) -> N
         assert re.search(r"template=vir01\s+3\n", out), out
     sandbox.ctl.run(["delete", "deployment", "web"])
     sandbox.ctl.run(["delete", "pod", "sixteen", "--wait=false"])
-    sandbox.wait_for(lambda: not sandbox.pods(), "the demo's pods gone", 30)
+    sandbox.wait_for(
+        lambda: not sandbox.pods(), "the demo's pods gone", 30, explain=sandbox.describe_pods
+    )
     sandbox.wait_for(lambda: not sandbox.vnpus("duo"), "the demo's vNPUs destroyed", 30)
 
 
@@ -238,7 +243,9 @@ def test_pods_scheduled_into_space_freed_at_the_same_moment_never_fail(sandbox: 
     """
     sandbox.apply(_churn_pods(0))
     names = {f"churn-0-{i}" for i in range(CHURN_PODS)}
-    sandbox.wait_for(lambda: _running(sandbox, names), "round 0 Running", 60)
+    sandbox.wait_for(
+        lambda: _running(sandbox, names), "round 0 Running", 60, explain=sandbox.describe_pods
+    )
     for round_ in range(1, CHURN_ROUNDS + 1):
         sandbox.ctl.run(["delete", "pods", "-l", f"round={round_ - 1}", "--wait=false"])
         sandbox.apply(_churn_pods(round_))
@@ -250,9 +257,11 @@ def test_pods_scheduled_into_space_freed_at_the_same_moment_never_fail(sandbox: 
             assert not failed, {n: pods[n]["status"] for n in failed}
             return _running(sandbox, names)
 
-        sandbox.wait_for(settled, f"round {round_} Running", 60)
+        sandbox.wait_for(settled, f"round {round_} Running", 60, explain=sandbox.describe_pods)
     sandbox.ctl.run(["delete", "pods", "-l", f"round={CHURN_ROUNDS}", "--wait=false"])
-    sandbox.wait_for(lambda: not sandbox.pods(), "the churn pods gone", 30)
+    sandbox.wait_for(
+        lambda: not sandbox.pods(), "the churn pods gone", 30, explain=sandbox.describe_pods
+    )
     sandbox.wait_for(lambda: not sandbox.vnpus("a2"), "no vNPU left on a2", 30)
 
 
@@ -330,7 +339,7 @@ def test_clearing_ones_own_decision_frees_no_chip(sandbox: Any) -> None:
     assert pods["second"]["spec"]["nodeName"] == "a2"
     sandbox.wait_for(lambda: _scheduler_metric(sandbox, series) == 0.0, "no mismatch left", 30)
     sandbox.ctl.run(["delete", "pod", "second", "--wait=false"])
-    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30)
+    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 30, explain=sandbox.describe_pods)
 
 
 QUOTA = """\
