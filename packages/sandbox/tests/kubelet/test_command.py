@@ -1,4 +1,5 @@
-"""``vnpu-sandbox kubelet``: flag checking in process, and one real run as a subprocess."""
+"""``vnpu-sandbox kubelet``: flag checking in process, and one real run as a subprocess against
+the shared kube-apiserver, as ``system:node:cli-node``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,9 @@ import pytest
 from kubernetes import client
 
 from vnpu_sandbox import cli
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, command
+
+from .kubeplane import node_kubeconfig
 
 
 def _args(sock_dir: Path, *extra: str) -> list[str]:
@@ -82,19 +84,14 @@ def test_default_pod_cidr_differs_per_node() -> None:
     assert command.default_pod_cidr("node-a").endswith(".0/24")
 
 
-@pytest.fixture
-def api_url() -> Iterator[str]:
-    with harness.serve() as url:
-        yield url
-
-
 def test_command_runs_restarts_on_sighup_and_stops_on_sigterm(
     sock_dir: Path,
-    api_url: str,
+    kube_namespace: Any,
+    tmp_path: Path,
     make_plugin: Callable[..., Any],
     wait: Callable[..., None],
 ) -> None:
-    kubeconfig = harness.write_kubeconfig(sock_dir / "kubeconfig", api_url)
+    kubeconfig = node_kubeconfig(kube_namespace.plane, "cli-node", tmp_path / "identities")
     plugins = sock_dir / "plugins"
     argv = [
         sys.executable,
@@ -115,7 +112,7 @@ def test_command_runs_restarts_on_sighup_and_stops_on_sigterm(
         "0",
     ]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    api = apiclient.client_for_host(api_url)
+    api = apiclient.client_from_kubeconfig(str(kube_namespace.kubeconfig))
     core = client.CoreV1Api(api)
     try:
         kubelet_socket = plugins / "kubelet.sock"

@@ -88,9 +88,12 @@ def test_kubeconfigs_point_at_the_api_with_the_identity_files(tmp_path: Path) ->
     assert Path(user["client-certificate"]) == plane.pki.client("node-duo").cert
     # The sandbox's own kubeconfig (kubectl's) is the admin's.
     assert where.kubeconfig.read_text() == plane.kubeconfig("admin").read_text()
-    kubelet = components.node_agents(
-        where, NODES[0], components.choose_ports(NODES), controlplane.credentials(plane)
-    )
+    pick = components.PortPicker()
+    try:
+        ports = components.choose_ports(NODES, pick)
+    finally:
+        pick.close()
+    kubelet = components.node_agents(where, NODES[0], ports, controlplane.credentials(plane))
     by_name = {c.name: c.argv for c in kubelet}
     assert str(plane.kubeconfig("node-duo")) in by_name["kubelet-duo"]
     assert str(plane.kubeconfig("vnpu-device-plugin")) in by_name["device-plugin-duo"]
@@ -100,7 +103,12 @@ def test_the_api_server_runs_node_and_rbac_authorization_with_the_quota_and_webh
     tmp_path: Path,
 ) -> None:
     where = layout.Layout.at(tmp_path)
-    plane = controlplane.Plane.at(where, controlplane.Ports.choose(), {"kube-apiserver": Path("k")})
+    pick = components.PortPicker()
+    try:
+        ports = controlplane.Ports.choose(pick)
+    finally:
+        pick.close()
+    plane = controlplane.Plane.at(where, ports, {"kube-apiserver": Path("k")})
     argv = controlplane.api_server(plane).argv
     assert "--authorization-mode=Node,RBAC" in argv
     plugins = next(a for a in argv if a.startswith("--enable-admission-plugins="))
@@ -116,7 +124,7 @@ def test_up_without_the_binaries_says_how_to_build_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(controlplane.BIN_ENV, str(tmp_path / "bin"))
-    status = cli.main(["up", "--control-plane", "real", "--dir", str(tmp_path / "sb")])
+    status = cli.main(["up", "--dir", str(tmp_path / "sb")])
     assert status == 2
     error = capsys.readouterr().err
     assert "make k8s-bin" in error

@@ -156,16 +156,24 @@ def test_down_and_status_of_an_empty_directory(
 
 def test_every_node_gets_its_own_ports_and_files(tmp_path: Path) -> None:
     nodes = clusterfile.read(up.DEFAULT_CLUSTER)
-    ports = components.choose_ports(nodes)
+    pick = components.PortPicker()
+    try:
+        ports = components.choose_ports(nodes, pick)
+    finally:
+        pick.close()
     assert len(set(ports.as_dict().values())) == len(ports.as_dict()) == 3 + 2 * len(nodes)
     where = layout.Layout.at(tmp_path)
-    names = [c.name for c in components.services(where, nodes, ports, "prometheus")]
-    assert names[:3] == ["vnpu-scheduler", "controllers", "scheduling-driver"]
+
+    def credentials(role: str, node: str | None) -> str:
+        return f"{role}-{node}.yaml"
+
+    names = [c.name for c in components.services(where, nodes, ports, "prometheus", credentials)]
+    assert names[0] == "vnpu-scheduler"
     assert names[-1] == "prometheus"
     assert "device-plugin-b4-soft" in names
     soft = next(
         c
-        for c in components.services(where, nodes, ports, None)
+        for c in components.services(where, nodes, ports, None, credentials)
         if c.name == "device-plugin-b4-soft"
     )
     assert "--hami-vnpu-core" in soft.argv

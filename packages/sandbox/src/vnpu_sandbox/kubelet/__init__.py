@@ -1,7 +1,7 @@
 """The simulated kubelet of the sandbox: one per simulated node.
 
-It speaks the real kubelet's node-local APIs to real device plugins and the real Kubernetes
-API to the API emulator (or any API server), so the vnpu device plugin, scheduler and exporter
+It speaks the real kubelet's node-local APIs to real device plugins and the Kubernetes API to
+kube-apiserver (as ``system:node:<node>``), so the vnpu device plugin, scheduler and exporter
 run against it unchanged:
 
 * ``registration`` - the v1beta1 Registration service on ``<device plugin dir>/kubelet.sock``;
@@ -11,8 +11,10 @@ run against it unchanged:
 * ``admission`` - admitting one pod (devices for each container, PreStartContainer);
 * ``podstatus`` - the pod status documents the kubelet writes;
 * ``podworker`` - watching the node's pods and admitting them one at a time, in order;
+* ``statusmanager`` - pod status writes and final deletes, retried until they land;
 * ``podresources`` - the PodResources v1 service;
 * ``nodestatus`` - the Node object and its status, published on change and on a heartbeat;
+* ``lease`` - the node's Lease in ``kube-node-lease``, renewed with each status publish;
 * ``apiclient`` - the calls to the Kubernetes API, through the official client;
 * ``allocations`` - what each admitted pod got, in memory and as JSON files;
 * ``kubelet`` - :class:`~vnpu_sandbox.kubelet.kubelet.Kubelet`, which wires them together,

@@ -1,11 +1,13 @@
 """The simulated kubelet's calls to the Kubernetes API, through the official ``kubernetes`` client.
 
-``nodestatus`` and ``podworker`` use :class:`KubeApi`; ``kubelet`` builds it from a kubeconfig
-file (:func:`client_from_kubeconfig`) or an API URL (:func:`client_for_host`). Objects go in
-and out as plain JSON dicts (``_preload_content=False``), exactly as the server sends them, so
-the rest of the kubelet reads ``metadata.creationTimestamp`` rather than client models. Patches
-are JSON merge patches. Every failure becomes ``errors.ApiError`` with the HTTP status (0 when
-the server did not answer) and the server's message.
+``nodestatus``, ``lease``, ``podworker`` and ``statusmanager`` use :class:`KubeApi`; ``kubelet``
+builds it from a kubeconfig file (:func:`client_from_kubeconfig`: in the sandbox each kubelet
+has a client certificate for ``system:node:<node>``, so the Node authorizer and NodeRestriction
+judge its requests) or, for an API server that asks for no credentials, a URL
+(:func:`client_for_host`). Objects go in and out as plain JSON dicts (``_preload_content=False``),
+exactly as the server sends them, so the rest of the kubelet reads ``metadata.creationTimestamp``
+rather than client models. Patches are JSON merge patches. Every failure becomes
+``errors.ApiError`` with the HTTP status (0 when the server did not answer) and the server's message.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def client_from_kubeconfig(path: str, context: str | None = None) -> client.ApiC
 
 
 def client_for_host(url: str) -> client.ApiClient:
-    """An API client for an unauthenticated API server at ``url`` (e.g. the API emulator)."""
+    """An API client for an API server at ``url`` that asks for no credentials."""
     configuration = client.Configuration(host=url.rstrip("/"))
     return client.ApiClient(configuration)
 
@@ -221,7 +223,9 @@ class KubeApi:
         )
         return PodWatch(cast(urllib3.BaseHTTPResponse, response))
 
-    def patch_pod_status(self, namespace: str, name: str, status: Json) -> Json:
+    def patch_pod_status(self, namespace: str, name: str, status: Json, uid: str) -> Json:
+        """Merge-patch ``pods/status``; the patch carries ``uid``, so kube-apiserver answers 409
+        when the name now belongs to another pod (the kubelet's patches do the same)."""
         return _call(
             "patch",
             f"pod {namespace}/{name}/status",
@@ -229,7 +233,7 @@ class KubeApi:
                 self._core.patch_namespaced_pod_status(
                     name,
                     namespace,
-                    {"status": status},
+                    {"metadata": {"uid": uid}, "status": status},
                     _content_type=MERGE_PATCH,
                     _preload_content=False,
                     _request_timeout=self._timeout,

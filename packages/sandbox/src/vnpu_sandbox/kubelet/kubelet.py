@@ -1,13 +1,13 @@
 """A simulated kubelet for one node, as a library: start it, stop it, restart it, finish its pods.
 
-The ``vnpu-sandbox kubelet`` command and in-process users (tests, the sandbox driver) build a
-:class:`Kubelet` from a :class:`KubeletConfig` and an API client of the official ``kubernetes``
-package::
+The ``vnpu-sandbox kubelet`` command and in-process users (tests) build a :class:`Kubelet`
+from a :class:`KubeletConfig` and an API client of the official ``kubernetes`` package, made
+from a kubeconfig that names the node's identity (``system:node:node-a``)::
 
     from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
     config = kubelet.KubeletConfig(nodestatus.NodeIdentity("node-a"), device_plugin_dir=...)
-    with kubelet.Kubelet(config, apiclient.client_for_host(url)) as node:
+    with kubelet.Kubelet(config, apiclient.client_from_kubeconfig(path)) as node:
         ...  # plugins register on <device_plugin_dir>/kubelet.sock; pods bound to node-a run
         node.complete_pod("default", "job-1")
 
@@ -36,6 +36,7 @@ from vnpu_sandbox.kubelet import (
     podresources,
     podworker,
     registration,
+    statusmanager,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class KubeletConfig:
     """Server-side timeout of one pod watch request (the watch is reopened after it)."""
     plugin_dial_seconds: float = 10.0
     """How long Register waits for a plugin's socket to answer."""
+    status_sync_seconds: float = statusmanager.SYNC_SECONDS
+    """How often pod status writes and final deletes that have not landed are sent again
+    (the kubelet status manager's 10 s)."""
     register_timeout_seconds: float = 0.0
     """How long registering the Node is retried while the API answers nothing, 429 or 5xx
     (0: not at all). A kubelet retries forever; a loaded kube-apiserver times creates out
@@ -82,8 +86,16 @@ class Kubelet:
         self._publisher = nodestatus.NodeStatusPublisher(
             self._api, config.node, self.devices.capacity, config.heartbeat_seconds
         )
+        self._statuses = statusmanager.StatusManager(
+            self._api, config.node.name, config.status_sync_seconds
+        )
         self._worker = podworker.PodWorker(
-            self._api, config.node, self.devices, self.records, config.watch_timeout_seconds
+            self._api,
+            config.node,
+            self.devices,
+            self.records,
+            self._statuses,
+            config.watch_timeout_seconds,
         )
         self._registration: registration.RegistrationServer | None = None
         self._pod_resources: podresources.PodResourcesServer | None = None
@@ -115,6 +127,7 @@ class Kubelet:
             self._register(reset_extended=not had_checkpoint)
             self._publisher.start()
             self._serve()
+            self._statuses.start()
             self._worker.start()
         except BaseException:
             self.stop()
@@ -179,6 +192,7 @@ class Kubelet:
             return
         self._running = False
         self._worker.stop()
+        self._statuses.stop()
         self._unserve()
         self.devices.close()
         self._publisher.stop()

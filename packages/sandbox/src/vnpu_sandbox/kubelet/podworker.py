@@ -11,6 +11,9 @@ completions never interleave:
 * a pod that is already Running when first seen (a kubelet restart) is adopted as running;
 * deleted pods, pods with a ``deletionTimestamp`` (which the kubelet then deletes for good with
   grace period 0 and a UID precondition) and Succeeded/Failed pods free their devices.
+
+Status writes and final deletes go through ``statusmanager``, which sends them from a thread
+of its own and retries them until they land; the worker never waits for the API.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from vnpu_sandbox.kubelet import (
     nodestatus,
     podresources,
     podstatus,
+    statusmanager,
 )
 
 log = logging.getLogger(__name__)
@@ -74,9 +78,11 @@ class PodWorker:
         node: nodestatus.NodeIdentity,
         devices: devicemanager.DeviceManager,
         records: allocations.AllocationStore,
+        statuses: statusmanager.StatusManager,
         watch_timeout_seconds: int = 300,
     ) -> None:
         self._api = api
+        self._statuses = statuses
         self._node = node
         self._devices = devices
         self._records = records
@@ -165,6 +171,13 @@ class PodWorker:
                         return
                     for kind, obj in watch.events():
                         version = str(_meta(obj).get("resourceVersion") or version)
+                        log.debug(
+                            "pod_watch_event node=%s type=%s pod=%s resource_version=%s",
+                            self._node.name,
+                            kind,
+                            _key(obj),
+                            version,
+                        )
                         if kind != "BOOKMARK":
                             self._queue.put(("event", (kind, obj)))
             except errors.ApiError as exc:
@@ -256,6 +269,7 @@ class PodWorker:
                 tracked.pod = pod
         if event == "DELETED":
             self._release(uid, pod)
+            self._statuses.forget(uid)
             with self._lock:
                 self._tracked.pop(uid, None)
             return False
@@ -290,13 +304,9 @@ class PodWorker:
         self._records.remove(str(meta.get("namespace", "")), str(meta.get("name", "")))
 
     def _finish_deletion(self, pod: Json) -> None:
-        meta = _meta(pod)
-        try:
-            self._api.delete_pod(str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
-            log.info("pod_deleted pod=%s", _key(pod))
-        except errors.ApiError as exc:
-            if exc.status not in (404, 409):
-                log.warning("pod_delete_failed pod=%s error=%s", _key(pod), exc)
+        """No container has to stop: the pod can go for good (the status manager deletes it)."""
+        log.info("pod_terminated pod=%s", _key(pod))
+        self._statuses.delete(pod)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -369,22 +379,8 @@ class PodWorker:
         )
         self._write_status(pod, podstatus.running(pod, self._node.ip, ip, now))
 
-    def _write_status(self, pod: Json, status: Json, attempts: int = 3) -> None:
-        meta = _meta(pod)
-        for attempt in range(attempts):
-            try:
-                self._api.patch_pod_status(str(meta["namespace"]), str(meta["name"]), status)
-                return
-            except errors.ApiError as exc:
-                if exc.not_found:
-                    self._release(str(meta.get("uid")), pod)
-                    with self._lock:
-                        self._tracked.pop(str(meta.get("uid")), None)
-                    return
-                if not exc.temporary or attempt == attempts - 1 or self._stop.is_set():
-                    log.warning("pod_status_write_failed pod=%s error=%s", _key(pod), exc)
-                    return
-                time.sleep(0.2 * (attempt + 1))
+    def _write_status(self, pod: Json, status: Json) -> None:
+        self._statuses.set_status(pod, status)
 
     def _event(self, pod: Json, reason: str, message: str) -> None:
         if not self._events_supported:
