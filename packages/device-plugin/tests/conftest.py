@@ -1,22 +1,28 @@
-"""Fixtures for the device plugin's tests: a real API emulator, a simulated kubelet, a simulated node.
+"""Fixtures for the device plugin's tests: kube-apiserver, a simulated kubelet, a simulated node.
 
-Everything runs over real transports: the API emulator (``vnpu_sandbox.apiserver``) on
-loopback HTTP, the simulated kubelet (``vnpu_sandbox.kubelet``) on unix sockets, the plugin's
+Everything runs over real transports: the session's kube-apiserver (the root conftest's
+``kube_plane``; each test gets a namespace of its own from ``kube_namespace``, and the node,
+which is cluster-scoped, is deleted when the test ends) over HTTPS with the admin's client
+certificate, the simulated kubelet (``vnpu_sandbox.kubelet``) on unix sockets, the plugin's
 gRPC server on its own socket, the simulated chips in a directory. Socket paths must stay
 under ~100 bytes, so socket directories are made under /tmp directly.
 
-``Cluster`` is the tests' own view of the API: create pods, place them as a scheduler
-would (annotations inside the Binding, with HAMi's owner lock or Volcano's bare one), read
-them back, wait for a condition.
+``Cluster`` is the tests' own view of the API: create pods in the test's namespace, place
+them as a scheduler would (annotations inside the Binding, with HAMi's owner lock or
+Volcano's bare one), read them back, wait for a condition. ``FaultProxy`` sits between the
+plugin and the API when a test wants the API to fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import re
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -39,7 +45,6 @@ from vnpu_core import coordination, protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
 Json = dict[str, Any]
@@ -72,12 +77,12 @@ class Grant:
 
 
 class Cluster:
-    """The tests' client of the API emulator."""
+    """The tests' client of the API, as the admin; pods go to ``namespace`` unless told."""
 
-    def __init__(self, url: str, sim_dir: Path) -> None:
-        self.url = url
+    def __init__(self, kubeconfig: Path, namespace: str, sim_dir: Path) -> None:
+        self.namespace = namespace
         self.sim_dir = sim_dir
-        self.client = apiclient.client_for_host(url)
+        self.client = apiclient.client_from_kubeconfig(str(kubeconfig))
         self.core = kubernetes.client.CoreV1Api(self.client)
 
     def close(self) -> None:
@@ -97,16 +102,18 @@ class Cluster:
         body = {"metadata": {"annotations": annotations}}
         self.core.patch_node(name, body, _content_type=MERGE_PATCH)
 
-    def pod(self, name: str, namespace: str = "default") -> Json:
+    def pod(self, name: str, namespace: str | None = None) -> Json:
         data: Json = json.loads(
-            self.core.read_namespaced_pod(name, namespace, _preload_content=False).data
+            self.core.read_namespaced_pod(
+                name, namespace or self.namespace, _preload_content=False
+            ).data
         )
         return data
 
-    def annotations(self, name: str, namespace: str = "default") -> dict[str, str]:
+    def annotations(self, name: str, namespace: str | None = None) -> dict[str, str]:
         return dict(self.pod(name, namespace)["metadata"].get("annotations") or {})
 
-    def phase(self, name: str, namespace: str = "default") -> str:
+    def phase(self, name: str, namespace: str | None = None) -> str:
         return str(self.pod(name, namespace)["status"].get("phase", ""))
 
     def create_pod(
@@ -116,7 +123,7 @@ class Cluster:
         *,
         init: Sequence[tuple[str, int]] = (),
         annotations: dict[str, str] | None = None,
-        namespace: str = "default",
+        namespace: str | None = None,
         resource: str = RESOURCE,
     ) -> Json:
         """A pod whose containers (name, device count) ask for ``resource``."""
@@ -134,7 +141,9 @@ class Cluster:
         if init:
             body["spec"]["initContainers"] = [spec(n, c) for n, c in init]
         created: Json = json.loads(
-            self.core.create_namespaced_pod(namespace, body, _preload_content=False).data
+            self.core.create_namespaced_pod(
+                namespace or self.namespace, body, _preload_content=False
+            ).data
         )
         return created
 
@@ -184,7 +193,7 @@ class Cluster:
         return value
 
     def bind(
-        self, name: str, annotations: dict[str, str], node: str = NODE, namespace: str = "default"
+        self, name: str, annotations: dict[str, str], node: str = NODE, namespace: str | None = None
     ) -> None:
         """Bind the pod with ``annotations`` in the Binding (one write, as vnpu and Volcano do)."""
         body = {
@@ -193,7 +202,9 @@ class Cluster:
             "metadata": {"name": name, "annotations": annotations},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        self.core.create_namespaced_pod_binding(
+            name, namespace or self.namespace, body, _preload_content=False
+        )
 
     def place(
         self,
@@ -205,9 +216,10 @@ class Cluster:
         lock: str = "owner",
         soft: bool = False,
         annotations: dict[str, str] | None = None,
-        namespace: str = "default",
+        namespace: str | None = None,
     ) -> None:
         """Create a pod and place it like a scheduler: lock (owner, bare or none), then bind."""
+        namespace = namespace or self.namespace
         if containers is None:
             containers = [(f"c{i}", len(g)) for i, g in enumerate(grants)]
         extra = dict(annotations or {})
@@ -220,18 +232,41 @@ class Cluster:
             self.lock(None)
         self.bind(name, self.decision(grants, soft=soft), namespace=namespace)
 
-    def set_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+    def set_phase(self, name: str, phase: str, namespace: str | None = None) -> None:
         body = {"status": {"phase": phase}}
-        self.core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH)
+        self.core.patch_namespaced_pod_status(
+            name, namespace or self.namespace, body, _content_type=MERGE_PATCH
+        )
 
-    def delete_pod(self, name: str, namespace: str = "default") -> None:
-        self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    def delete_pod(self, name: str, namespace: str | None = None, *, force: bool = False) -> None:
+        """Delete the pod as ``kubectl delete`` does: gracefully, so a pod bound to a node
+        stays (with a deletionTimestamp) until its kubelet confirms. ``force``: gone at once
+        (grace period 0), as with ``--force``, for a node whose kubelet does not run."""
+        self.core.delete_namespaced_pod(
+            name, namespace or self.namespace, grace_period_seconds=0 if force else None
+        )
+
+    def gone(self, name: str, namespace: str | None = None) -> bool:
+        """Whether the pod has left the API."""
+        try:
+            self.core.read_namespaced_pod(name, namespace or self.namespace, _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    def event_list(self) -> list[Json]:
+        """Every Event in the namespace."""
+        listed = json.loads(
+            self.core.list_namespaced_event(self.namespace, _preload_content=False).data
+        )
+        return list(listed.get("items") or [])
 
     def events(self, name: str) -> list[str]:
-        listed = json.loads(self.core.list_namespaced_event("default", _preload_content=False).data)
         return [
             str(e.get("message", ""))
-            for e in listed.get("items", [])
+            for e in self.event_list()
             if (e.get("involvedObject") or {}).get("name") == name
         ]
 
@@ -253,17 +288,27 @@ class Fault:
 
 
 class FaultProxy:
-    """An HTTP proxy on loopback in front of the API emulator that injects error answers.
+    """A plain-HTTP proxy on loopback in front of kube-apiserver that injects error answers.
 
-    Watch requests (``watch=true``) that get no fault are relayed as they stream, chunk by
-    chunk, so the plugin's pod watch works through the proxy too.
+    The plugin reaches it through the kubeconfig ``write_kubeconfig`` writes, which carries no
+    credentials: the proxy sends every request on over TLS as the admin, with the plane's
+    client certificate. Watch requests (``watch=true``) that get no fault are relayed as they
+    stream, chunk by chunk, so the plugin's pod watch works through the proxy too. A 410
+    injected into a watch is answered as kube-apiserver answers a watch from a revision it no
+    longer keeps: 200, then one ERROR event whose Status has code 410. ``rewrite`` alters what
+    the API answers (watches aside) on the way back, as a broken or hostile API server would.
     """
 
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
+    def __init__(self, plane: Any) -> None:
+        upstream = urlsplit(plane.url)
+        self._host = upstream.hostname or "127.0.0.1"
+        self._port = upstream.port or 443
+        self._tls: ssl.SSLContext = plane.tls
         self.faults: list[Fault] = []
+        self.rewrites: list[tuple[bytes, bytes]] = []
         self.requests: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
+        self._streams: set[http.client.HTTPSConnection] = set()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -272,17 +317,23 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                watch = "watch=true" in self.path
                 fault = proxy._match(self.command, self.path)
                 if fault is not None and not fault.after:
-                    self._fail(fault.status)
+                    if watch and fault.status == 410:
+                        self._expire()
+                    else:
+                        self._fail(fault.status)
                     return
-                if "watch=true" in self.path:
+                if watch:
                     self._relay(body)
                     return
                 status, headers, data = proxy._forward(self.command, self.path, self.headers, body)
                 if fault is not None:
                     self._fail(fault.status)
                     return
+                for old, new in list(proxy.rewrites):
+                    data = data.replace(old, new)
                 proxy.requests.append((self.command, self.path, status))
                 self.send_response(status)
                 for key, value in headers:
@@ -294,17 +345,14 @@ class FaultProxy:
 
             def _relay(self, body: bytes) -> None:
                 """Pass a streaming answer on as it arrives (chunked), until either side ends."""
-                upstream = http.client.HTTPConnection(
-                    proxy.upstream.hostname or "127.0.0.1", proxy.upstream.port, timeout=None
-                )
+                upstream = proxy._connection(timeout=None)
+                with proxy._lock:
+                    proxy._streams.add(upstream)
                 self.close_connection = True
                 try:
-                    forwarded = {
-                        k: v
-                        for k, v in self.headers.items()
-                        if k.lower() not in ("host", "connection")
-                    }
-                    upstream.request(self.command, self.path, body=body or None, headers=forwarded)
+                    upstream.request(
+                        self.command, self.path, body=body or None, headers=_forwarded(self.headers)
+                    )
                     response = upstream.getresponse()
                     proxy.requests.append((self.command, self.path, response.status))
                     self.send_response(response.status)
@@ -317,10 +365,27 @@ class FaultProxy:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
-                except OSError:
-                    pass  # the plugin closed its watch, or the API went away
+                except (OSError, http.client.HTTPException):
+                    pass  # the plugin closed its watch, or the proxy or the API went away
                 finally:
+                    with proxy._lock:
+                        proxy._streams.discard(upstream)
                     upstream.close()
+
+            def _expire(self) -> None:
+                """Open the watch, then end it as kube-apiserver does for a compacted revision."""
+                proxy.requests.append((self.command, self.path, 410))
+                event = {
+                    "type": "ERROR",
+                    "object": _status(410, "Expired", "too old resource version"),
+                }
+                data = json.dumps(event).encode() + b"\n"
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _fail(self, status: int) -> None:
                 proxy.requests.append((self.command, self.path, status))
@@ -330,16 +395,7 @@ class FaultProxy:
                     500: "InternalError",
                     503: "ServiceUnavailable",
                 }.get(status, "Failure")
-                data = json.dumps(
-                    {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "status": "Failure",
-                        "message": f"injected {status}",
-                        "reason": reason,
-                        "code": status,
-                    }
-                ).encode()
+                data = json.dumps(_status(status, reason, f"injected {status}")).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -357,6 +413,22 @@ class FaultProxy:
         self._thread.start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
+    def write_kubeconfig(self, path: Path, namespace: str) -> Path:
+        """A kubeconfig for the proxy, without credentials, defaulting to ``namespace``."""
+        name = "fault-proxy"
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": {}}],
+            "contexts": [
+                {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
+            ],
+            "current-context": name,
+        }
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        return path
+
     def inject(
         self, method: str, path: str, status: int, times: int = 1, after: bool = False
     ) -> Fault:
@@ -364,6 +436,10 @@ class FaultProxy:
         with self._lock:
             self.faults.append(fault)
         return fault
+
+    def rewrite(self, old: str, new: str) -> None:
+        """Replace ``old`` with ``new`` in every answer from now on (watches aside)."""
+        self.rewrites.append((old.encode(), new.encode()))
 
     def _match(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -377,25 +453,51 @@ class FaultProxy:
                     return fault
         return None
 
+    def _connection(self, timeout: float | None) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(
+            self._host, self._port, timeout=timeout, context=self._tls
+        )
+
     def _forward(
         self, method: str, path: str, headers: Any, body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        connection = http.client.HTTPConnection(
-            self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=30
-        )
+        connection = self._connection(timeout=30)
         try:
-            forwarded = {
-                k: v for k, v in headers.items() if k.lower() not in ("host", "connection")
-            }
-            connection.request(method, path, body=body or None, headers=forwarded)
+            connection.request(method, path, body=body or None, headers=_forwarded(headers))
             response = connection.getresponse()
             return response.status, response.getheaders(), response.read()
         finally:
             connection.close()
 
     def close(self) -> None:
+        """Stop serving and end the watches still relayed (their upstream side too)."""
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            streams = list(self._streams)
+        for connection in streams:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):  # it ended by itself meanwhile
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+
+
+def _forwarded(headers: Any) -> dict[str, str]:
+    """The request's headers to send on: not the hop's own, and no compression asked for, so
+    answers pass (and are rewritten) as plain JSON."""
+    dropped = ("host", "connection", "accept-encoding")
+    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+
+
+def _status(code: int, reason: str, message: str) -> Json:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def write_node(
@@ -412,10 +514,11 @@ def write_node(
 
 @dataclass
 class Node:
-    """One test node: directories, the API, and (once started) the kubelet and the plugin."""
+    """One test node: directories, the test's namespace (an ``apiplane.Namespace``), the
+    API, and (once started) the kubelet and the plugin. ``kubeconfig`` is the plugin's."""
 
     root: Path
-    url: str
+    space: Any
     kubeconfig: Path
     api: Cluster
     channels: list[grpc.Channel] = field(default_factory=list)
@@ -423,10 +526,17 @@ class Node:
     plugin: plugin.Plugin | None = None
     proxy: FaultProxy | None = None
 
+    @property
+    def namespace(self) -> str:
+        """The test's namespace, where its pods are."""
+        return str(self.space.name)
+
     def through_proxy(self) -> FaultProxy:
         """From now on the plugin reaches the API through a fault-injecting proxy."""
-        self.proxy = FaultProxy(self.url)
-        self.kubeconfig = harness.write_kubeconfig(self.root / "kubeconfig-proxy", self.proxy.url)
+        self.proxy = FaultProxy(self.space.plane)
+        self.kubeconfig = self.proxy.write_kubeconfig(
+            self.root / "kubeconfig-proxy", self.namespace
+        )
         return self.proxy
 
     def stub(self) -> api_pb2_grpc.DevicePluginStub:
@@ -495,7 +605,9 @@ class Node:
             pod_resources_socket=self.pod_resources,
             heartbeat_seconds=0,
         )
-        self.kubelet = kubelet.Kubelet(config, apiclient.client_for_host(self.url))
+        # The kubelet talks to the API directly, never through the plugin's proxy.
+        client = apiclient.client_from_kubeconfig(str(self.space.kubeconfig))
+        self.kubelet = kubelet.Kubelet(config, client)
         self.kubelet.start()
         return self.kubelet
 
@@ -509,6 +621,21 @@ class Node:
             self.plugin.stop()
             self.plugin = None
 
+    def serving(self) -> bool:
+        """Whether the plugin is registered (kubelet published 4 chips x 7 on the Node, and
+        the plugin's Register call has returned) and has published its inventory annotation
+        (its publisher runs beside registration)."""
+        if self.plugin is None or self.plugin.link.registrations < 1:
+            return False
+        node = self.api.node()
+        status = node.get("status") or {}
+        counts = (
+            int(status.get("capacity", {}).get(RESOURCE, 0)),
+            int(status.get("allocatable", {}).get(RESOURCE, 0)),
+        )
+        notes = node["metadata"].get("annotations") or {}
+        return counts == (28, 28) and protocol.node_register_key(CW) in notes
+
     def capacity(self) -> tuple[int, int]:
         status = self.api.node()["status"]
         return (
@@ -518,7 +645,7 @@ class Node:
 
     def env(self, pod: str, container: str) -> dict[str, str]:
         assert self.kubelet is not None
-        record = self.kubelet.allocation("default", pod)
+        record = self.kubelet.allocation(self.namespace, pod)
         assert record is not None, f"pod {pod} has no allocation"
         found = record.container(container)
         assert found is not None, f"pod {pod} has no container {container} in its allocation"
@@ -536,18 +663,14 @@ def root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def api_url() -> Iterator[str]:
-    with harness.serve() as url:
-        yield url
+def node(root: Path, kube_namespace: Any) -> Iterator[Node]:
+    """A four-chip 310P3 node (Atlas 300I Duo), its kubelet started; the plugin not yet.
 
-
-@pytest.fixture
-def node(root: Path, api_url: str) -> Iterator[Node]:
-    """A four-chip 310P3 node (Atlas 300I Duo), its kubelet started; the plugin not yet."""
+    Its pods go to the test's namespace; the Node object goes when the test ends (with
+    everything in the namespace: ``kube_namespace``), after the kubelet and plugin stop."""
     write_node(root / "sim", server="300i-duo")
-    kubeconfig = harness.write_kubeconfig(root / "kubeconfig", api_url)
-    cluster = Cluster(api_url, root / "sim")
-    test_node = Node(root, api_url, kubeconfig, cluster)
+    cluster = Cluster(kube_namespace.kubeconfig, kube_namespace.name, root / "sim")
+    test_node = Node(root, kube_namespace, kube_namespace.kubeconfig, cluster)
     test_node.start_kubelet()
     yield test_node
     test_node.stop_plugin()
@@ -564,7 +687,7 @@ def node(root: Path, api_url: str) -> Iterator[Node]:
 def running(node: Node) -> Node:
     """The node with its plugin started and registered."""
     node.start_plugin()
-    wait_for(lambda: node.capacity() == (28, 28), what="capacity 28 (4 chips x 7)")
+    wait_for(node.serving, what="capacity 28 (4 chips x 7) and the inventory published")
     return node
 
 

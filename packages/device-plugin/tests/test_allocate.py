@@ -1,4 +1,4 @@
-"""Allocate end to end: the API emulator, the simulated kubelet and the plugin over real sockets.
+"""Allocate end to end: kube-apiserver, the simulated kubelet and the plugin over real sockets.
 
 A scheduler is played by the tests: each pod is created, then bound with the scheduler's
 annotations inside the Binding, after taking the node lock as HAMi and vnpu do (owner
@@ -21,7 +21,6 @@ from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.apiserver import harness
 
 Node = Any
 Kit = Any
@@ -39,7 +38,7 @@ def _vnpu(node: Node, vnpu_id: int) -> tuple[int, int, str]:
 
 
 def _kubelet_chips(node: Node, kit: Kit, pod: str, container: str) -> set[str]:
-    record = node.kubelet.allocation("default", pod).container(container)
+    record = node.kubelet.allocation(node.namespace, pod).container(container)
     return {i.rsplit("-", 1)[0] for i in record.device_ids(kit.RESOURCE)}
 
 
@@ -265,7 +264,7 @@ def test_template_without_temp_is_rounded_like_hami(running: Node, kit: Kit) -> 
     notes = node.api.decision([[kit.Grant(0, None, 5000)]])
     notes[protocol.runtime_key(CW)] = f'[{{"UUID":"{uuid}"}}]'
     node.api.create_pod("rounded", [("c0", 1)])
-    node.api.lock(("default", "rounded"))
+    node.api.lock((node.namespace, "rounded"))
     node.api.bind("rounded", notes)
     _served(node, kit, "rounded")
     vnpu = _vnpu(node, int(node.env("rounded", "c0")["ASCEND_VISIBLE_DEVICES"]))
@@ -312,7 +311,7 @@ def test_init_and_app_container_with_different_templates_get_two_vnpus(
 
 def test_soft_mode_pod_gets_hami_vnpu_core_environment_and_mounts(node: Node, kit: Kit) -> None:
     node.start_plugin(hami_vnpu_core=True)
-    kit.wait_for(lambda: node.capacity() == (28, 28), what="registration")
+    kit.wait_for(node.serving, what="registration and the inventory published")
     published = node.api.node_annotations()
     assert published[protocol.SOFT_MODE_NODE_KEY] == "true"
     assert '"devcore":100' in published[protocol.node_register_key(CW)]
@@ -328,7 +327,7 @@ def test_soft_mode_pod_gets_hami_vnpu_core_environment_and_mounts(node: Node, ki
         "NPU_GLOBAL_SHM_PATH": "/hami-shared-region/2_global_registry",
         "NPU_LOCAL_SHM_PATH": "/hami-vnpu-shmem/vnpu_local_shmem",
     }
-    (resource,) = node.kubelet.allocation("default", "soft").container("c0").resources
+    (resource,) = node.kubelet.allocation(node.namespace, "soft").container("c0").resources
     mounts = {m.container_path: (m.host_path, m.read_only) for m in resource.mounts}
     core = node.root / "hami-core"
     assert mounts["/hami-vnpu-core"] == (str(core), True)
@@ -361,19 +360,19 @@ def test_two_vnpus_of_one_template_on_one_chip_in_one_container_are_two_vnpus(
 
 
 def test_910b3_templates_are_created_until_a_budget_runs_short(
-    root: Any, api_url: str, kit: Kit
+    root: Any, kube_namespace: Any, kit: Kit
 ) -> None:
     """vir05_1c_16g + vir10_3c_32g fit a 910B3 chip (48 of 64 GiB); one more vir10 does not."""
     word = "Ascend910B3"
     kit.write_node(root / "sim", chip="910B3", chips=8)
-    api = kit.Cluster(api_url, root / "sim")
+    api = kit.Cluster(kube_namespace.kubeconfig, kube_namespace.name, root / "sim")
     api.core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": kit.NODE}})
     options = settings.Settings(
         node_name=kit.NODE,
         backend="sim",
         sim_dir=root / "sim",
         device_plugin_dir=root / "dp",
-        kubeconfig=harness.write_kubeconfig(root / "kubeconfig", api_url),
+        kubeconfig=kube_namespace.kubeconfig,
         state_dir=root / "state",
         metrics_host="127.0.0.1",
         metrics_port=0,
@@ -392,7 +391,7 @@ def test_910b3_templates_are_created_until_a_budget_runs_short(
             ("too-many", "vir10_3c_32g", 32768),
         ]:
             api.create_pod(name, [("c0", 1)], resource=f"huawei.com/{word}")
-            api.lock(("default", name))
+            api.lock((kube_namespace.name, name))
             api.bind(name, api.decision([[kit.Grant(5, template, memory)]], word=word))
             request = api_pb2.AllocateRequest(
                 container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[f"{uuid}-0"])]

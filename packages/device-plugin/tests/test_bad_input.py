@@ -64,7 +64,7 @@ def _place_broken(node: Node, kit: Kit, name: str, key: str, value: str, lock: s
     notes[key] = value
     node.api.create_pod(name, [("c0", 1)])
     if lock == "owner":
-        node.api.lock(("default", name))
+        node.api.lock((node.namespace, name))
     node.api.bind(name, notes)
 
 
@@ -122,14 +122,15 @@ def test_a_decision_for_another_device_count_is_refused_after_waiting(
     running: Node, kit: Kit
 ) -> None:
     node = running
-    node.api.lock(("default", "ghost"))  # a lock naming a pod that is not here
+    node.api.lock((node.namespace, "ghost"))  # a lock naming a pod that is not here
     node.api.create_pod("asks-one", [("c0", 1)])
     two = node.api.decision([[kit.Grant(0, None, 21527), kit.Grant(1, None, 21527)]])
     node.api.bind("asks-one", two)
     kit.wait_for(lambda: node.api.phase("asks-one") == "Failed", what="count mismatch rejected")
     message = node.api.pod("asks-one")["status"]["message"]
     assert (
-        "kubelet asks for 1 device(s); no waiting pod matches (default/asks-one needs 2)" in message
+        "kubelet asks for 1 device(s); no waiting pod matches "
+        f"({node.namespace}/asks-one needs 2)" in message
     )
     assert node.api.annotations("asks-one")[protocol.BIND_PHASE_KEY] == "allocating"  # not its turn
 

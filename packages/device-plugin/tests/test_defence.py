@@ -1,7 +1,7 @@
 """The plugin as the last line of defence: attacks on a running node, each refused, nothing lost.
 
 Every attack here succeeded once against the running platform. Each test reproduces it
-through the real transports (the API emulator over HTTP, the simulated kubelet calling the
+through the real transports (kube-apiserver over HTTPS, the simulated kubelet calling the
 plugin's gRPC socket, the plugin's real process where a restart is part of the attack) and
 shows the plugin refuse it while what it had already granted keeps running untouched:
 
@@ -10,7 +10,8 @@ shows the plugin refuse it while what it had already granted keeps running untou
 * a tenant binds a pod by hand (``spec.nodeName`` preset, the webhook told to ignore it)
   with decision annotations of its own, on a chip another pod holds;
 * a container named ``../../../escaped`` in soft mode, aiming hami-vnpu-core's
-  per-container directory outside ``containers/``;
+  per-container directory outside ``containers/`` (kube-apiserver refuses the name, so it
+  reaches the plugin only in an API answer altered on the way);
 * a ledger record edited to name a pod that does not exist, so the vNPU of a running pod
   looks unowned; and a state file that is not UTF-8;
 * a burst of Allocates for pods that do not exist, which once were served one at a time,
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import kubernetes
 import pytest
 
 from vnpu_core import granted, protocol
@@ -70,10 +72,9 @@ def _refused(node: Node, kit: Kit, name: str) -> str:
 
 
 def _warnings(node: Node, name: str) -> list[tuple[str, str, str]]:
-    listed = json.loads(node.api.core.list_namespaced_event("default", _preload_content=False).data)
     return [
         (e.get("reason", ""), e.get("type", ""), (e.get("source") or {}).get("component", ""))
-        for e in listed.get("items", [])
+        for e in node.api.event_list()
         if (e.get("involvedObject") or {}).get("name") == name
     ]
 
@@ -104,7 +105,7 @@ def _bind_by_hand(node: Node, name: str, annotations: dict[str, str]) -> None:
             ],
         },
     }
-    node.api.core.create_namespaced_pod("default", body, _preload_content=False)
+    node.api.core.create_namespaced_pod(node.namespace, body, _preload_content=False)
 
 
 # -- two pods on one chip ------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_clearing_a_running_pods_decision_does_not_free_its_chip_for_another(
     # The tenant wipes its own pod's decision: a scheduler reading pods now sees chip 0 free.
     node.api.core.patch_namespaced_pod(
         "holder",
-        "default",
+        node.namespace,
         {"metadata": {"annotations": dict.fromkeys(DECISION_KEYS)}},
         _content_type=MERGE_PATCH,
     )
@@ -132,7 +133,7 @@ def test_clearing_a_running_pods_decision_does_not_free_its_chip_for_another(
     message = _refused(node, kit, "second")
     assert "FailedPrecondition" in message or "FAILED_PRECONDITION" in message
     assert "conflicts with what this node granted on chip 0" in message
-    assert "the chip is held whole (held by default/holder)" in message
+    assert f"the chip is held whole (held by {node.namespace}/holder)" in message
     assert ("GrantConflict", "Warning", "vnpu-device-plugin") in _warnings(node, "second")
     assert _conflicts(node, "held_whole") == 1
     assert _sample(node, "vnpu_device_plugin_allocations_total", result="grant_conflict") == 1
@@ -219,13 +220,19 @@ def test_what_a_deleted_pod_held_is_granted_again_once_it_is_gone(running: Node,
 def test_a_container_name_that_climbs_out_of_the_soft_directory_is_refused(
     node: Node, kit: Kit
 ) -> None:
+    with pytest.raises(kubernetes.client.ApiException) as refused:  # the API's own check
+        node.api.create_pod("climber", [("../../../escaped", 1)])
+    assert refused.value.status == 422
+    # So the plugin meets the name only in an answer altered on its way from the API.
+    proxy = node.through_proxy()
+    proxy.rewrite('"name":"escaped"', '"name":"../../../escaped"')
     node.start_plugin(hami_vnpu_core=True)
     kit.wait_for(lambda: node.capacity() == (28, 28))
     _run(node, kit, "neighbour", [[kit.Grant(0, None, 3072, 30)]], soft=True)
     containers = node.root / "hami-core" / "containers"
     before = sorted(p.name for p in containers.iterdir())
     node.api.place(
-        "climber", [[kit.Grant(1, None, 3072, 30)]], containers=[("../../../escaped", 1)], soft=True
+        "climber", [[kit.Grant(1, None, 3072, 30)]], containers=[("escaped", 1)], soft=True
     )
 
     message = _refused(node, kit, "climber")
@@ -313,7 +320,7 @@ def test_without_the_grant_book_kubelets_listing_still_keeps_a_live_vnpu(
     # Nor can a decision take chip 2 whole now: kubelet lists live there, unrecorded.
     node.api.place("taker", [[kit.Grant(2, None, WHOLE)]])
     message = _refused(node, kit, "taker")
-    assert "held by default/live" in message
+    assert f"held by {node.namespace}/live" in message
     assert node.running("live")
 
 
@@ -326,7 +333,7 @@ def test_a_runtime_vnpu_stays_when_its_pods_annotations_are_cleared(node: Node, 
     (vnpu,) = node.vnpus()
     node.api.core.patch_namespaced_pod(
         "runtime",
-        "default",
+        node.namespace,
         {"metadata": {"annotations": dict.fromkeys(DECISION_KEYS)}},
         _content_type=MERGE_PATCH,
     )

@@ -119,8 +119,8 @@ def test_api_500s_and_409s_are_retried(node: Node, kit: Kit) -> None:
     node.start_plugin()
     kit.wait_for(lambda: node.capacity() == (28, 28))
     proxy.inject("GET", r"/api/v1/nodes/", 500, times=2)
-    proxy.inject("PATCH", r"/namespaces/default/pods/flaky$", 500, times=2)
-    proxy.inject("PATCH", r"/namespaces/default/pods/flaky$", 409, times=1)
+    proxy.inject("PATCH", rf"/namespaces/{node.namespace}/pods/flaky$", 500, times=2)
+    proxy.inject("PATCH", rf"/namespaces/{node.namespace}/pods/flaky$", 409, times=1)
     node.api.place("flaky", [[kit.Grant(0, "vir02", 6144)]])
     kit.wait_for(lambda: node.running("flaky"), what="served despite 500s and a 409")
     assert node.api.annotations("flaky")[protocol.BIND_PHASE_KEY] == "success"
@@ -136,7 +136,7 @@ def test_a_lost_answer_to_the_pod_patch_is_recognised(node: Node, kit: Kit) -> N
     node.start_plugin()
     kit.wait_for(lambda: node.capacity() == (28, 28))
     # The patch reaches the API, but its answer is a 500: the retry then meets a 409.
-    proxy.inject("PATCH", r"/namespaces/default/pods/lost$", 500, after=True)
+    proxy.inject("PATCH", rf"/namespaces/{node.namespace}/pods/lost$", 500, after=True)
     node.api.place("lost", [[kit.Grant(2, "vir01", 3072)]])
     kit.wait_for(lambda: node.running("lost"), what="served once")
     notes = node.api.annotations("lost")
@@ -151,7 +151,7 @@ def test_an_api_that_stays_down_fails_the_allocate_rolls_back_and_keeps_serving(
     proxy = node.through_proxy()
     node.start_plugin()
     kit.wait_for(lambda: node.capacity() == (28, 28))
-    fault = proxy.inject("PATCH", r"/namespaces/default/pods/down$", 500, times=1000)
+    fault = proxy.inject("PATCH", rf"/namespaces/{node.namespace}/pods/down$", 500, times=1000)
     node.api.place("down", [[kit.Grant(1, "vir04", 12288)]])
     kit.wait_for(lambda: node.api.phase("down") == "Failed", what="pod rejected")
     assert node.vnpus() == []  # created, then rolled back

@@ -1,10 +1,11 @@
 """Prompt reclaim: a deleted or finished pod's vNPUs are freed at once, never a live one's.
 
 The periodic pass is set to an hour, so whatever is reclaimed here was reclaimed by the pod
-watch or by an Allocate that needed the room. Everything runs over real transports: the API
-emulator over HTTP, the simulated kubelet, the plugin's gRPC socket; where a test needs
+watch or by an Allocate that needed the room. Everything runs over real transports:
+kube-apiserver over HTTPS, the simulated kubelet, the plugin's gRPC socket; where a test needs
 kubelet to keep listing a pod the API has lost, a PodResources server on the kubelet's
-socket answers what the test says.
+socket answers what the test says. A pod is deleted as ``kubectl delete`` deletes it: it
+leaves the API once the kubelet has confirmed, except where no kubelet runs (``--force``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from vnpu_device_plugin import (
 from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_device_plugin.npu.sim import control
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.platform import apiplane
 
 Node = Any
 Kit = Any
@@ -55,7 +56,8 @@ def _grant(kit: Kit, chip: int, template: str | None) -> Any:
 
 
 def _device_ids(node: Node, kit: Kit, pod: str) -> list[str]:
-    return list(node.kubelet.allocation("default", pod).container("c0").device_ids(kit.RESOURCE))
+    allocation = node.kubelet.allocation(node.namespace, pod)
+    return list(allocation.container("c0").device_ids(kit.RESOURCE))
 
 
 class PodResourcesStandIn:
@@ -133,7 +135,7 @@ def test_a_finished_pods_vnpu_is_reclaimed_by_the_watch(prompt: Node, kit: Kit) 
     node = prompt
     node.api.place("job", [[_grant(kit, 1, "vir04")]])
     kit.wait_for(lambda: node.running("job"), what="job running")
-    node.kubelet.complete_pod("default", "job")
+    node.kubelet.complete_pod(node.namespace, "job")
     kit.wait_for(lambda: node.vnpus() == [] and node.ledger() == [], what="reclaimed")
     assert _sample(node, "vnpu_device_plugin_vnpus_reclaimed_total", reason="owner_finished") == 1
     assert _by_trigger(node, "watch") == 1
@@ -150,8 +152,8 @@ def test_a_pod_kubelet_still_lists_keeps_its_vnpu_until_kubelet_lets_go(
     node.kubelet = None
     stand_in = PodResourcesStandIn(node.pod_resources, kit.RESOURCE)
     try:
-        stand_in.pods = [("default", "forced", ids)]  # its container still runs
-        node.api.delete_pod("forced")  # gone from the API at once, as with --force
+        stand_in.pods = [(node.namespace, "forced", ids)]  # its container still runs
+        node.api.delete_pod("forced", force=True)  # gone from the API at once
         kit.wait_for(lambda: stand_in.calls >= 3, what="the watch asking kubelet, more than once")
         assert [v[0] for v in node.vnpus()] == [0]
         assert [r["pod"] for r in node.ledger()] == ["forced"]
@@ -172,7 +174,7 @@ def test_without_pod_resources_a_gone_pods_vnpu_is_kept_and_tried_again(
     kit.wait_for(lambda: node.running("doubt"), what="doubt running")
     node.kubelet.stop()  # kubelet gone: PodResources does not answer
     node.kubelet = None
-    node.api.delete_pod("doubt")
+    node.api.delete_pod("doubt", force=True)  # no kubelet to confirm: gone at once
     time.sleep(1.0)
     assert [v[0] for v in node.vnpus()] == [3]  # nothing proves its containers stopped
     stand_in = PodResourcesStandIn(node.pod_resources, kit.RESOURCE)  # kubelet answers again
@@ -191,7 +193,8 @@ def test_a_pod_created_again_with_the_same_name_is_another_owner(node: Node, kit
     kit.wait_for(lambda: node.running("web"), what="the first web running")
     (old,) = node.vnpus()
     node.api.delete_pod("web")
-    kit.wait_for(lambda: node.kubelet.allocation("default", "web") is None, what="freed")
+    kit.wait_for(lambda: node.kubelet.allocation(node.namespace, "web") is None, what="freed")
+    kit.wait_for(lambda: node.api.gone("web"), what="the first web gone from the API")
     node.api.place("web", [[_grant(kit, 0, "vir02")]])  # same name, a new UID, same chip
     kit.wait_for(lambda: node.running("web"), what="the second web running")
     assert len(node.vnpus()) == 2
@@ -210,7 +213,8 @@ def test_allocate_on_a_chip_full_of_a_gone_pods_vnpus_reclaims_them_first(
     node.api.place("old", [[_grant(kit, 1, "vir01") for _ in range(7)]])  # every vNPU slot
     kit.wait_for(lambda: node.running("old"), what="old running")
     node.api.delete_pod("old")
-    kit.wait_for(lambda: node.kubelet.allocation("default", "old") is None, what="freed")
+    kit.wait_for(lambda: node.kubelet.allocation(node.namespace, "old") is None, what="freed")
+    kit.wait_for(lambda: node.api.gone("old"), what="old gone from the API")
     assert len(node.vnpus()) == 7  # nothing reclaims yet
     node.api.place("new", [[_grant(kit, 1, "vir04")]])
     kit.wait_for(lambda: node.running("new"), what="new served on the reclaimed chip")
@@ -227,7 +231,8 @@ def test_a_whole_chip_is_handed_out_only_after_a_gone_pods_vnpus_left_it(
     node.api.place("old", [[_grant(kit, 2, "vir02"), _grant(kit, 2, "vir04")]])
     kit.wait_for(lambda: node.running("old"), what="old running")
     node.api.delete_pod("old")
-    kit.wait_for(lambda: node.kubelet.allocation("default", "old") is None, what="freed")
+    kit.wait_for(lambda: node.kubelet.allocation(node.namespace, "old") is None, what="freed")
+    kit.wait_for(lambda: node.api.gone("old"), what="old gone from the API")
     node.api.place("whole", [[_grant(kit, 2, None)]])
     kit.wait_for(lambda: node.running("whole"), what="whole running")
     assert node.env("whole", "c0") == {"ASCEND_VISIBLE_DEVICES": "2"}
@@ -257,7 +262,8 @@ def test_a_held_vnpu_of_a_finished_pod_waits_until_released(prompt: Node, kit: K
     kit.wait_for(lambda: node.running("held"), what="held running")
     (vnpu,) = node.vnpus()
     control.set_vnpu_load(node.sim_dir, vnpu[1], in_use=True)  # a process still holds it
-    node.kubelet.complete_pod("default", "held")
+    node.kubelet.complete_pod(node.namespace, "held")
+    kit.wait_for(lambda: node.api.phase("held") == "Succeeded", what="the kubelet's status write")
     time.sleep(0.5)
     assert node.vnpus() == [vnpu]
     control.set_vnpu_load(node.sim_dir, vnpu[1], in_use=False)
@@ -269,11 +275,18 @@ def test_a_broken_watch_is_logged_once_and_restored_with_backoff(
 ) -> None:
     proxy = node.through_proxy()
     proxy.inject("GET", r"watch=true", 500, times=3)
-    proxy.inject("GET", r"watch=true", 410, times=1)  # then too old: list again
+    # Then too old: the watch opens and ends with an ERROR event, code 410: list again.
+    proxy.inject("GET", r"watch=true", 410, times=1)
     node.start_plugin(reconcile_interval=HOUR)
     kit.wait_for(lambda: node.capacity() == (28, 28))
-    kit.wait_for(node.plugin.pod_watch.watching.is_set, timeout=10.0, what="the watch restored")
     restarts = "vnpu_device_plugin_pod_watch_restarts_total"
+
+    def restored() -> bool:
+        """A watch relayed (past the faults) and open: the one after the expiry."""
+        relayed = any("watch=true" in p and status == 200 for _, p, status in proxy.requests)
+        return relayed and node.plugin.pod_watch.watching.is_set()
+
+    kit.wait_for(restored, timeout=10.0, what="the watch restored after it expired")
     assert _sample(node, restarts, reason="error") == 3
     assert _sample(node, restarts, reason="expired") == 1
     logged = capsys.readouterr().out
@@ -288,15 +301,23 @@ def test_a_broken_watch_is_logged_once_and_restored_with_backoff(
     assert _by_trigger(node, "periodic") == _by_trigger(node, "allocate") == 0
 
 
-def test_a_watch_from_a_revision_the_api_no_longer_keeps_lists_again(root: Path, kit: Kit) -> None:
+def test_a_watch_from_a_revision_the_api_no_longer_keeps_lists_again(
+    root: Path, kube_plane: Any, kit: Kit
+) -> None:
+    """A plane of its own, without a watch cache (which would still hold the revision): once
+    etcd is compacted past the revision, a watch from it ends in an ERROR event, code 410.
+    ``kube_plane`` is asked for only so that the test skips, like the others, when the
+    binaries are not built."""
     sim = kit.write_node(root / "sim")
-    with harness.serve(event_window=3) as url:  # the API keeps only the last 3 events
-        api = cluster.KubeCluster.connect(harness.write_kubeconfig(root / "kubeconfig", url))
-        tests = kit.Cluster(url, sim)
+    with apiplane.serve(root / "plane", api_args=("--watch-cache=false",)) as plane:
+        kubeconfig = plane.write_kubeconfig(root / "kubeconfig", "default")
+        api = cluster.KubeCluster.connect(kubeconfig)
+        tests = kit.Cluster(kubeconfig, "default", sim)
         _pods, revision = api.list_pods_and_revision(kit.NODE)
-        for number in range(4):  # 8 writes: the revision above falls out of the window
+        for number in range(4):  # 8 writes after the revision above
             tests.create_pod(f"p{number}", [("c0", 0)])
             tests.bind(f"p{number}", {})
+        assert plane.compact() > int(revision)  # the API no longer keeps the revision
         stats = metrics.Metrics()
         npu = sim_backend.SimBackend(sim)
         book = ledger.Ledger(root / "state")
@@ -350,7 +371,7 @@ def _place_like_a_scheduler(
     node: Node, kit: Kit, name: str, chip: int, template: str | None
 ) -> None:
     """Lock the node for the pod, bind it, and wait until the plugin has released the lock."""
-    lock = node.api.lock(("default", name))
+    lock = node.api.lock((node.namespace, name))
     node.api.create_pod(name, [("c0", 1)])
     node.api.bind(name, node.api.decision([[_grant(kit, chip, template)]]))
     kit.wait_for(
@@ -372,9 +393,16 @@ def test_churn_deleting_pods_and_filling_their_room_at_once_never_fails(
     for round_number in range(ROUNDS):
         for index, name in enumerate(live):
             if index == 0:
-                node.kubelet.complete_pod("default", name)  # one finishes, the rest are deleted
+                node.kubelet.complete_pod(node.namespace, name)  # one finishes, the rest go
             else:
                 node.api.delete_pod(name)
+        # The scheduler counts their room free once the API says so: the finished pod
+        # Succeeded, the deleted ones gone (once the kubelet confirmed).
+        if live:
+            first = live[0]
+            kit.wait_for(lambda p=first: node.api.phase(p) == "Succeeded", what=f"{first} done")
+        for name in live[1:]:
+            kit.wait_for(lambda n=name: node.api.gone(n), what=f"{name} gone from the API")
         layout = LAYOUTS[round_number % len(LAYOUTS)]
         live = [f"r{round_number}-p{i}" for i in range(len(layout))]
         for name, (chip, template) in zip(live, layout, strict=True):

@@ -48,7 +48,7 @@ def test_a_finished_pods_vnpu_is_reclaimed(running: Node, kit: Kit) -> None:
     node = running
     vnpu = _run(node, kit, "done", [[kit.Grant(1, "vir02", 6144)]])
     assert node.plugin.reconciler.run_once().reclaimed == []  # still running: kept
-    node.kubelet.complete_pod("default", "done")
+    node.kubelet.complete_pod(node.namespace, "done")
     kit.wait_for(lambda: node.api.phase("done") == "Succeeded")
     report = node.plugin.reconciler.run_once()
     assert report.reclaimed == [(1, vnpu, "owner_finished")]
@@ -61,7 +61,8 @@ def test_a_deleted_pods_vnpu_is_reclaimed(running: Node, kit: Kit) -> None:
     node = running
     vnpu = _run(node, kit, "gone", [[kit.Grant(3, "vir04", 12288)]])
     node.api.delete_pod("gone")
-    kit.wait_for(lambda: node.kubelet.allocation("default", "gone") is None, what="freed")
+    kit.wait_for(lambda: node.kubelet.allocation(node.namespace, "gone") is None, what="freed")
+    kit.wait_for(lambda: node.api.gone("gone"), what="the kubelet's confirmation of the delete")
     assert node.plugin.reconciler.run_once().reclaimed == [(3, vnpu, "owner_gone")]
 
 
@@ -71,8 +72,8 @@ def test_a_pod_kubelet_still_runs_keeps_its_vnpu_after_leaving_the_api(
     node = running
     vnpu = _run(node, kit, "forced", [[kit.Grant(0, "vir01", 3072)]])
     plugin = node.plugin
-    ids = node.kubelet.allocation("default", "forced").container("c0").device_ids(kit.RESOURCE)
-    kubelet_lists = {("default", "forced"): frozenset(ids)}  # what PodResources would answer
+    ids = node.kubelet.allocation(node.namespace, "forced").container("c0").device_ids(kit.RESOURCE)
+    kubelet_lists = {(node.namespace, "forced"): frozenset(ids)}  # what PodResources would answer
     reclaimer = reclaim.Reclaimer(
         plugin.npu,
         plugin.ledger,
@@ -97,7 +98,7 @@ def test_a_pod_kubelet_still_runs_keeps_its_vnpu_after_leaving_the_api(
     )
     node.kubelet.stop()  # the kubelet no longer frees anything
     node.kubelet = None
-    node.api.delete_pod("forced")  # grace 0: gone from the API at once, as with --force
+    node.api.delete_pod("forced", force=True)  # gone from the API at once, as with --force
     assert "forced" not in [p["metadata"]["name"] for p in plugin.api.list_pods(kit.NODE)]
     assert view.run_once().reclaimed == []  # kubelet still lists the pod: kept
     assert len(node.vnpus()) == 1
@@ -109,7 +110,8 @@ def test_a_vnpu_a_container_still_holds_is_kept_until_released(running: Node, ki
     node = running
     vnpu = _run(node, kit, "held", [[kit.Grant(2, "vir02", 6144)]])
     control.set_vnpu_load(node.sim_dir, vnpu, in_use=True)
-    node.kubelet.complete_pod("default", "held")
+    node.kubelet.complete_pod(node.namespace, "held")
+    kit.wait_for(lambda: node.api.phase("held") == "Succeeded", what="the kubelet's status write")
     report = node.plugin.reconciler.run_once()
     assert report.reclaimed == []
     assert report.kept_in_use == [(2, vnpu)]
@@ -173,7 +175,7 @@ def test_ledger_records_without_their_vnpu_are_dropped_and_intents_with_one_reco
     def record(vnpu_id: int, state: str, pod: str) -> dict[str, Any]:
         return {
             "pod_uid": f"uid-{pod}",
-            "namespace": "default",
+            "namespace": node.namespace,
             "pod": pod,
             "container": "c0",
             "init": False,
@@ -227,6 +229,7 @@ def test_soft_mode_directories_of_gone_pods_are_removed(node: Node, kit: Kit) ->
     node.plugin.reconciler.run_once()
     assert directory.is_dir()
     node.api.delete_pod("soft")
-    kit.wait_for(lambda: node.kubelet.allocation("default", "soft") is None)
+    kit.wait_for(lambda: node.kubelet.allocation(node.namespace, "soft") is None)
+    kit.wait_for(lambda: node.api.gone("soft"), what="the kubelet's confirmation of the delete")
     node.plugin.reconciler.run_once()
     assert not directory.exists()

@@ -18,7 +18,6 @@ import pytest
 from vnpu_core import coordination, nodes, protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient
 
 Node = Any
@@ -60,20 +59,21 @@ def test_publishes_inventory_handshake_soft_flag_and_server_kind(running: Node, 
     assert notes[nodes.SERVER_KIND_KEY] == "300i-duo"
 
 
-def test_a_910b_node_publishes_network_ids_and_its_mesh(root: Any, api_url: str, kit: Kit) -> None:
+def test_a_910b_node_publishes_network_ids_and_its_mesh(
+    root: Any, kube_namespace: Any, kit: Kit
+) -> None:
     kit.write_node(root / "sim", chip="910B3", chips=8)
-    kubeconfig = harness.write_kubeconfig(root / "kubeconfig", api_url)
     options = settings.Settings(
         node_name="b3",
         backend="sim",
         sim_dir=root / "sim",
         device_plugin_dir=root / "dp",
-        kubeconfig=kubeconfig,
+        kubeconfig=kube_namespace.kubeconfig,
         state_dir=root / "state",
         metrics_port=0,
         metrics_host="127.0.0.1",
     )
-    client = apiclient.client_for_host(api_url)
+    client = apiclient.client_from_kubeconfig(str(kube_namespace.kubeconfig))
     core = kubernetes.client.CoreV1Api(client)
     core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "b3"}})
     node = plugin.Plugin(options)
@@ -104,7 +104,15 @@ def test_kubelet_restart_gets_a_new_server_and_registration_within_two_seconds(
     before = node.plugin.link.registrations
     node.kubelet.restart()
     started = time.monotonic()
-    kit.wait_for(lambda: node.kubelet.capacity().get(kit.RESOURCE) == (28, 28), timeout=5)
+    # kubelet counts the devices once ListAndWatch answers, inside the Register call; the
+    # plugin counts its registration once that call returns.
+    kit.wait_for(
+        lambda: (
+            node.kubelet.capacity().get(kit.RESOURCE) == (28, 28)
+            and node.plugin.link.registrations > before
+        ),
+        timeout=5,
+    )
     assert time.monotonic() - started < 2.0
     assert node.plugin.link.registrations == before + 1
     node.api.place("after", [[kit.Grant(0, "vir01", 3072)]])

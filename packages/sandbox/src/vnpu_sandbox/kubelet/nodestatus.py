@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
-KUBELET_VERSION = "v1.31.0-sandbox"
+KUBELET_VERSION = "v1.37.2-sandbox"
+"""What the Node reports: the control plane's release (``make k8s-bin``), so no version skew
+is seen; the suffix says the kubelet is the sandbox's."""
 RETRY_SECONDS = 1.0
 
 

@@ -65,8 +65,10 @@ _CLUSTER = (
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
     "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
 )
-"""The cluster-scoped kinds ``clear`` empties of what was not there when the plane started."""
+"""The cluster-scoped kinds ``clear`` empties of what was not there when the plane started (and
+the node Leases, which belong to the nodes: no garbage collector runs to remove them)."""
 
 
 class ApiError(Exception):
