@@ -2,7 +2,7 @@
 
 The plugin puts these names in host paths (hami-vnpu-core's per-container directory
 ``containers/<pod UID>_<container>``), in its state files and in node annotations, so it
-checks them itself before using them: an API server, an emulator or a webhook that lets
+checks them itself before using them: an API server or a webhook that lets
 ``../../../escaped`` through must not make the plugin create or mount a directory outside
 its own. The rules are Kubernetes' own:
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from vnpu_sandbox import cli
@@ -25,8 +26,8 @@ def _args(sock_dir: Path, *extra: str) -> list[str]:
         "kubelet",
         "--node",
         "cli-node",
-        "--server",
-        "http://127.0.0.1:9",
+        "--kubeconfig",
+        str(sock_dir / "no-such-kubeconfig"),
         "--device-plugin-dir",
         str(sock_dir / "plugins"),
         "--pod-resources-socket",
@@ -70,10 +71,32 @@ def test_argparse_types_name_the_value(
     assert message in capsys.readouterr().err
 
 
+def test_a_kubeconfig_that_cannot_be_read_is_refused(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(_args(sock_dir)) == 2
+    assert "no-such-kubeconfig" in capsys.readouterr().err
+    assert not (sock_dir / "plugins" / "kubelet.sock").exists()
+
+
 def test_unreachable_api_server_is_reported(
     sock_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(_args(sock_dir)) == 1
+    nowhere = sock_dir / "nowhere.yaml"
+    nowhere.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        ),
+        encoding="utf-8",
+    )
+    assert cli.main([*_args(sock_dir), "--kubeconfig", str(nowhere)]) == 1
     err = capsys.readouterr().err
     assert "cannot start node cli-node" in err
     assert not (sock_dir / "plugins" / "kubelet.sock").exists()

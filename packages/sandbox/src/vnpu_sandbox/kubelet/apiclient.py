@@ -42,12 +42,6 @@ def client_from_kubeconfig(path: str, context: str | None = None) -> client.ApiC
     return api
 
 
-def client_for_host(url: str) -> client.ApiClient:
-    """An API client for an API server at ``url`` that asks for no credentials."""
-    configuration = client.Configuration(host=url.rstrip("/"))
-    return client.ApiClient(configuration)
-
-
 def close_client(api: client.ApiClient) -> None:
     """Release the client's connection pool (the client's own ``close`` carries no type hints)."""
     api.close()  # type: ignore[no-untyped-call]

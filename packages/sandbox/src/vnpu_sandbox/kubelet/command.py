@@ -63,11 +63,13 @@ def default_pod_cidr(node: str) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", required=True, metavar="NAME", help="the Node's name")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig of the API server"
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="kubeconfig of the API server, with the node's identity (system:node:<name>)",
     )
-    where.add_argument("--server", metavar="URL", help="API server URL without credentials")
     parser.add_argument(
         "--device-plugin-dir",
         type=Path,
@@ -205,11 +207,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"vnpu-sandbox kubelet: {exc}", file=sys.stderr)
         return 2
     try:
-        api = (
-            apiclient.client_from_kubeconfig(str(args.kubeconfig))
-            if args.kubeconfig
-            else apiclient.client_for_host(args.server)
-        )
+        api = apiclient.client_from_kubeconfig(str(args.kubeconfig))
     except errors.ApiError as exc:
         print(f"vnpu-sandbox kubelet: {exc}", file=sys.stderr)
         return 2
