@@ -1,12 +1,13 @@
 """Device plugin Allocate latency with the simulated NPU backend, as kubelet sees it.
 
-Standalone (``make bench`` runs it): starts the API emulator on loopback, writes a
-simulated node of four 310P3 chips in a temporary directory, runs the real plugin in
-process (gRPC on a unix socket, the Kubernetes client over HTTP) and calls its socket the
-way kubelet does: GetPreferredAllocation, then Allocate, one pod at a time. Each pod is
-created and bound with the scheduler's annotations before the clock starts; the timed
-part is one gRPC call. Finished pods are reclaimed between rounds (not timed). Prints a
-Markdown section for docs/benchmarks.md.
+Standalone (``make bench`` runs it): starts a private kube-apiserver and its etcd on
+loopback (``apiplane.serve``, the binaries ``make k8s-bin`` builds), writes a simulated node
+of four 310P3 chips in a temporary directory, runs the real plugin in process (gRPC on a
+unix socket, the Kubernetes client over HTTPS) and calls its socket the way kubelet does:
+GetPreferredAllocation, then Allocate, one pod at a time. Each pod is created and bound with
+the scheduler's annotations before the clock starts; the timed part is one gRPC call.
+Finished pods are reclaimed between rounds (not timed). Prints a Markdown section for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import yaml
 from vnpu_core import coordination, protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient
+from vnpu_sandbox.platform import apiplane, controlplane
 
 CALLS = 200
 RECLAIM_EVERY = 20
@@ -44,7 +45,7 @@ def _percentile(values: list[float], share: float) -> float:
 
 
 class Bench:
-    def __init__(self, root: Path, url: str, mode: str, prefix: str) -> None:
+    def __init__(self, root: Path, kubeconfig: Path, mode: str, prefix: str) -> None:
         self.root = root
         self.prefix = prefix
         sim = root / "sim"
@@ -59,7 +60,7 @@ class Bench:
             sim_dir=sim,
             device_plugin_dir=root / "dp",
             pod_resources_socket=root / "pr.sock",
-            kubeconfig=harness.write_kubeconfig(root / "kubeconfig", url),
+            kubeconfig=kubeconfig,
             state_dir=root / "state",
             vnpu_mode=settings.VnpuMode(mode),
             metrics_host="127.0.0.1",
@@ -67,7 +68,7 @@ class Bench:
             reconcile_interval=3600,
             allocate_wait=1.0,
         )
-        self.client = apiclient.client_for_host(url)
+        self.client = apiclient.client_from_kubeconfig(str(kubeconfig))
         self.core = kubernetes.client.CoreV1Api(self.client)
         self.plugin = plugin.Plugin(options)
         self.plugin.start()
@@ -189,10 +190,10 @@ class Bench:
 
 
 def _scenario(
-    url: str, mode: str, prefix: str, run: Callable[[Bench], dict[str, list[float]]]
+    kubeconfig: Path, mode: str, prefix: str, run: Callable[[Bench], dict[str, list[float]]]
 ) -> Any:
     root = Path(tempfile.mkdtemp(prefix="vdpb-", dir="/tmp"))
-    bench = Bench(root, url, mode, prefix)
+    bench = Bench(root, kubeconfig, mode, prefix)
     try:
         return run(bench)
     finally:
@@ -204,8 +205,8 @@ def main() -> None:
     # The plugin's per-call log lines would bury the table; warnings still show.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     rows = []
-    with harness.serve() as url:
-        api = apiclient.client_for_host(url)
+    with apiplane.serve() as plane:
+        api = apiclient.client_from_kubeconfig(str(plane.kubeconfig))
         kubernetes.client.CoreV1Api(api).create_node(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
         )
@@ -218,7 +219,10 @@ def main() -> None:
         ]
         for number, (mode, what, template, memory, lock) in enumerate(cases):
             timings = _scenario(
-                url, mode, f"s{number}", lambda b, t=template, m=memory, k=lock: b.run(t, m, k)
+                plane.kubeconfig,
+                mode,
+                f"s{number}",
+                lambda b, t=template, m=memory, k=lock: b.run(t, m, k),
             )
             allocate = [t * 1000 for t in timings["allocate"]]
             preferred = [t * 1000 for t in timings["preferred"]]
@@ -228,7 +232,10 @@ def main() -> None:
                 f"{statistics.median(preferred):.1f} | {_percentile(preferred, 0.99):.1f} |"
             )
     print("## Device plugin Allocate\n")
-    print(f"{CALLS} pods per row, one at a time, over the plugin's unix socket (milliseconds).\n")
+    print(
+        f"{CALLS} pods per row, one at a time, over the plugin's unix socket (milliseconds); "
+        f"kube-apiserver {controlplane.KUBERNETES_VERSION} on loopback.\n"
+    )
     print("| mode | pod | Allocate p50 | p99 | max | GetPreferredAllocation p50 | p99 |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for row in rows:

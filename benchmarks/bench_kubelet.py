@@ -1,8 +1,9 @@
 """Simulated kubelet timings: plugin registration to node status, pod admission, PodResources.
 
-Standalone (``make bench`` runs it): starts the API emulator on loopback, one simulated
-kubelet, and a minimal device plugin with 64 devices on unix sockets in a temporary
-directory; every loop is bounded. Prints a Markdown section for docs/benchmarks.md.
+Standalone (``make bench`` runs it): starts a private kube-apiserver and its etcd on loopback
+(``apiplane.serve``, the binaries ``make k8s-bin`` builds), one simulated kubelet, and a
+minimal device plugin with 64 devices on unix sockets in a temporary directory; every loop
+is bounded. Prints a Markdown section for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from vnpu_kubelet_api import constants
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from vnpu_kubelet_api.podresources.v1 import api_pb2 as pr
 from vnpu_kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
+from vnpu_sandbox.platform import apiplane, controlplane
 
 RESOURCE = "example.com/npu"
 DEVICES = 64
@@ -177,8 +178,9 @@ def main() -> None:
     plugin = Plugin()
     rows: list[tuple[str, str]] = []
     try:
-        with harness.serve() as url:
-            api = apiclient.client_for_host(url)
+        with apiplane.serve(work / "api") as plane:
+            kubeconfig = str(plane.kubeconfig)
+            api = apiclient.client_from_kubeconfig(kubeconfig)
             core = client.CoreV1Api(api)
             config = kubelet.KubeletConfig(
                 node=nodestatus.NodeIdentity("bench-node"),
@@ -186,7 +188,7 @@ def main() -> None:
                 pod_resources_socket=work / "pr.sock",
                 heartbeat_seconds=0,
             )
-            with kubelet.Kubelet(config, apiclient.client_for_host(url)) as node:
+            with kubelet.Kubelet(config, apiclient.client_from_kubeconfig(kubeconfig)) as node:
                 rows += bench_registration(node, core, plugin)
                 server = serve_plugin(plugin, work / "plugins" / "npu.sock")
                 with grpc.insecure_channel(f"unix://{node.kubelet_socket}") as channel:
@@ -206,7 +208,8 @@ def main() -> None:
 
     print("## Simulated kubelet\n")
     print(
-        f"API emulator, one kubelet, one plugin with {DEVICES} devices; loopback and unix sockets.\n"
+        f"kube-apiserver {controlplane.KUBERNETES_VERSION}, one kubelet, one plugin with "
+        f"{DEVICES} devices; loopback and unix sockets.\n"
     )
     print("| measurement | result |")
     print("|---|---:|")

@@ -3,8 +3,8 @@
 Each container's command and args are run as a process; every hostPath volume is a directory
 under one temporary "host" root, so the two agents share what they share on a node (the
 ledger's state directory), and ConfigMap volumes hold the rendered ConfigMap. Only the metrics
-port and host (chosen by the test machine) and the kubeconfig (instead of the service account)
-change. The device plugin publishes the simulated chips on the Node and writes its ledger; the
+port and host (chosen by the test machine) and the kubeconfig (instead of the service account:
+the admin's, on the session's kube-apiserver, in a namespace of the test's own) change. The device plugin publishes the simulated chips on the Node and writes its ledger; the
 exporter reads the chips and that ledger and serves them on its rendered port.
 """
 
@@ -26,7 +26,7 @@ import kubernetes
 import pytest
 
 from vnpu_core import protocol
-from vnpu_sandbox.apiserver import harness
+from vnpu_device_plugin.npu.sim import backend as sim_backend
 
 NODE = "npu-1"
 SIM = "/var/lib/vnpu/sim-node"
@@ -87,66 +87,54 @@ Start = Callable[[str, str], int]
 
 @pytest.fixture
 def node_agents(
-    render, tmp_path: Path
+    render, tmp_path: Path, kube_namespace: Any
 ) -> Iterator[tuple[Start, kubernetes.client.CoreV1Api, Path]]:
     manifests = render(VALUES)
     # A short root: a unix socket path may not exceed 107 bytes, and the plugin's socket is
     # <root>/var/lib/kubelet/device-plugins/vnpu-Ascend310P.sock.
     short = tempfile.TemporaryDirectory(prefix="vh", dir="/tmp")
     host = Path(short.name)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vnpu_device_plugin.npu.sim",
-            str(host / SIM.lstrip("/")),
-            "init",
-            "--chip",
-            "310P3",
-            "--chips",
-            "2",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    # The simulated node's state, as ``python -m vnpu_device_plugin.npu.sim DIR init --chip
+    # 310P3 --chips 2`` makes it.
+    sim = host / SIM.lstrip("/")
+    sim.mkdir(parents=True)
+    (sim / "chips.yaml").write_text("chip: 310P3\nchips: 2\n", encoding="utf-8")
+    sim_backend.SimBackend(sim)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("VNPU_")}
     processes: list[tuple[subprocess.Popen[bytes], Any]] = []
-    with harness.serve() as api_url:
-        kubeconfig = harness.write_kubeconfig(tmp_path / "kubeconfig", api_url)
-        client = kubernetes.config.new_client_from_config(str(kubeconfig))
-        core = kubernetes.client.CoreV1Api(client)
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    kubeconfig = kube_namespace.kubeconfig
+    client = kubernetes.config.new_client_from_config(str(kubeconfig))
+    core = kubernetes.client.CoreV1Api(client)
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
 
-        def start(container_name: str, port_flag: str) -> int:
-            spec, container = manifests.container(container_name)
-            mapping = _mapping(manifests, spec, container, host, tmp_path)
-            port = _free_port()
-            command = [*_command(container, mapping, port_flag, port), f"--kubeconfig={kubeconfig}"]
-            log = (tmp_path / f"{container_name}.log").open("w")
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=environment
-            )
-            processes.append((process, log))
-            deadline = time.monotonic() + 25
-            while True:
-                assert process.poll() is None, (tmp_path / f"{container_name}.log").read_text()
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
-                    return port
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"{container_name} did not serve /metrics"
-                time.sleep(0.1)
+    def start(container_name: str, port_flag: str) -> int:
+        spec, container = manifests.container(container_name)
+        mapping = _mapping(manifests, spec, container, host, tmp_path)
+        port = _free_port()
+        command = [*_command(container, mapping, port_flag, port), f"--kubeconfig={kubeconfig}"]
+        log = (tmp_path / f"{container_name}.log").open("w")
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        processes.append((process, log))
+        deadline = time.monotonic() + 25
+        while True:
+            assert process.poll() is None, (tmp_path / f"{container_name}.log").read_text()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                return port
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"{container_name} did not serve /metrics"
+            time.sleep(0.1)
 
-        try:
-            yield start, core, host
-        finally:
-            for process, log in processes:
-                process.terminate()
-                process.wait(timeout=15)
-                log.close()
-            client.close()
-            short.cleanup()
+    try:
+        yield start, core, host
+    finally:
+        for process, log in processes:
+            process.terminate()
+            process.wait(timeout=15)
+            log.close()
+        client.close()
+        short.cleanup()
 
 
 def test_device_plugin_and_exporter_run_as_rendered(node_agents, default):

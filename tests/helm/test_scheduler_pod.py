@@ -1,4 +1,4 @@
-"""The scheduler pod as the chart renders it, run for real against the Kubernetes API emulator.
+"""The scheduler pod as the chart renders it, run for real against kube-apiserver.
 
 The vnpu-scheduler container's command and args are run as a process (only the listen ports,
 which the test machine chooses, and the kubeconfig, which replaces the pod's service account,
@@ -7,6 +7,10 @@ test does what kube-scheduler and the API server would: it calls the extender at
 rendered urlPrefix with the rendered verbs for a pod asking for a managed resource, and the
 webhook over HTTPS, verifying the server certificate with the rendered caBundle for the
 Service's DNS name.
+
+The API is the session's kube-apiserver: each test's pods go in a namespace of its own, and
+what the scheduler and the test write in kube-system (the rendered lock namespace) is deleted
+when the test ends.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ import pytest
 import yaml
 
 from vnpu_core import coordination, protocol
-from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.platform import apiplane
 
 SERVICE_HOST = "vnpu-scheduler.kube-system.svc"
+SYSTEM = "kube-system"
+NOT_READY = "node.kubernetes.io/not-ready"
 Json = dict[str, Any]
 
 
@@ -70,16 +76,58 @@ def _node(name: str) -> Json:
         "status": {
             "capacity": {"huawei.com/Ascend310P": "14"},
             "allocatable": {"huawei.com/Ascend310P": "14"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
         },
     }
 
 
-def _pod(name: str, memory: int, routed: bool = True) -> Json:
+def _create_ready_node(core: kubernetes.client.CoreV1Api, node: Json) -> None:
+    """Create ``node`` (its status says Ready) as it is once its kubelet has reported.
+    kube-apiserver taints every new node ``not-ready:NoSchedule`` and kube-controller-manager's
+    node lifecycle controller lifts the taint when the node is Ready; no controller runs here,
+    so this lifts it."""
+    created = core.create_node(node)
+    taints = created.spec.taints or []
+    kept = [t for t in taints if t.key != NOT_READY]
+    if len(kept) != len(taints):
+        body = {"spec": {"taints": core.api_client.sanitize_for_serialization(kept) or None}}
+        core.patch_node(
+            node["metadata"]["name"], body, _content_type="application/merge-patch+json"
+        )
+
+
+class SystemObjects:
+    """What appears in kube-system while a test runs (the rendered lock namespace, where the
+    scheduler keeps its Leases, and the rendered tenants ConfigMap), deleted when it ends: the
+    session's other tests find kube-system as it was."""
+
+    KINDS = ("leases", "configmaps", "events")
+
+    def __init__(self, plane: Any) -> None:
+        self.plane = plane
+        self.before = {kind: self._names(kind) for kind in self.KINDS}
+
+    def _path(self, kind: str) -> str:
+        group = "/apis/coordination.k8s.io/v1" if kind == "leases" else "/api/v1"
+        return f"{group}/namespaces/{SYSTEM}/{kind}"
+
+    def _names(self, kind: str) -> set[str]:
+        found = self.plane.request("GET", self._path(kind))["items"]
+        return {item["metadata"]["name"] for item in found}
+
+    def clear(self) -> None:
+        for kind in self.KINDS:
+            for name in sorted(self._names(kind) - self.before[kind]):
+                with contextlib.suppress(apiplane.ApiError):  # gone meanwhile
+                    self.plane.request("DELETE", f"{self._path(kind)}/{name}")
+
+
+def _pod(name: str, memory: int, routed: bool = True, namespace: str = "default") -> Json:
     """A pod asking for a 310P vNPU; ``routed``: with the schedulerName the webhook sets."""
     pod: Json = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
         "spec": {
             "containers": [
                 {
@@ -104,6 +152,7 @@ def _pod(name: str, memory: int, routed: bool = True) -> Json:
 class ScheduledPod:
     """The running scheduler process and what the chart rendered around it."""
 
+    namespace: str  # the test's, where its pods go
     url_prefix: str  # the rendered urlPrefix, on the port the test chose
     webhook_port: int
     ca_pem: bytes  # the rendered caBundle
@@ -114,9 +163,9 @@ class ScheduledPod:
 
 @pytest.fixture
 def scheduler_pod(
-    default, tmp_path: Path
+    default, tmp_path: Path, kube_namespace: Any
 ) -> Iterator[tuple[ScheduledPod, kubernetes.client.CoreV1Api]]:
-    with _running(default, tmp_path) as running:
+    with _running(default, tmp_path, kube_namespace) as running:
         yield running
 
 
@@ -124,9 +173,11 @@ def scheduler_pod(
 def _running(
     manifests,
     tmp_path: Path,
+    space: Any,
     before: Callable[[kubernetes.client.ApiClient], None] = lambda _: None,
 ) -> Iterator[tuple[ScheduledPod, kubernetes.client.CoreV1Api]]:
-    """The rendered vnpu-scheduler container as a process; ``before`` fills the API first."""
+    """The rendered vnpu-scheduler container as a process on the API of ``space`` (the test's
+    ``apiplane.Namespace``); ``before`` fills the API first."""
     spec, container = manifests.container("vnpu-scheduler")
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -181,48 +232,55 @@ def _running(
     program = shutil.which(container["command"][0], path=str(Path(sys.executable).parent))
     assert program is not None, "the vnpu-scheduler console script is installed"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("VNPU_")}
-    with harness.serve() as api_url:
-        kubeconfig = harness.write_kubeconfig(tmp_path / "kubeconfig", api_url)
-        client = kubernetes.config.new_client_from_config(str(kubeconfig))
-        core = kubernetes.client.CoreV1Api(client)
-        core.create_node(_node("npu-1"))
+    kubeconfig = space.kubeconfig
+    client = kubernetes.config.new_client_from_config(str(kubeconfig))
+    core = kubernetes.client.CoreV1Api(client)
+    system = SystemObjects(space.plane)
+    process: subprocess.Popen[bytes] | None = None
+    log = (tmp_path / "scheduler.log").open("w")
+    try:
+        _create_ready_node(core, _node("npu-1"))
         before(client)
-        log = (tmp_path / "scheduler.log").open("w")
         process = subprocess.Popen(
             [program, *args, f"--kubeconfig={kubeconfig}"],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=environment,
         )
-        try:
-            deadline = time.monotonic() + 25
-            while True:
-                assert process.poll() is None, (tmp_path / "scheduler.log").read_text()
-                try:
-                    # the kubelet's readiness probe, on the port the pod declares for it
-                    if (
-                        httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code
-                        == 200
-                    ):
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "vnpu-scheduler did not become ready"
-                time.sleep(0.1)
-            yield (
-                ScheduledPod(url_prefix, webhook_port, ca_pem, extender, http_port, metrics_port),
-                core,
-            )
-        finally:
+        deadline = time.monotonic() + 25
+        while True:
+            assert process.poll() is None, (tmp_path / "scheduler.log").read_text()
+            try:
+                # the kubelet's readiness probe, on the port the pod declares for it
+                if (
+                    httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code
+                    == 200
+                ):
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "vnpu-scheduler did not become ready"
+            time.sleep(0.1)
+        yield (
+            ScheduledPod(
+                space.name, url_prefix, webhook_port, ca_pem, extender, http_port, metrics_port
+            ),
+            core,
+        )
+    finally:
+        if process is not None:
             process.terminate()
             process.wait(timeout=15)
-            log.close()
-            client.close()
+        log.close()
+        system.clear()
+        client.close()
 
 
 def test_extender_verbs_answer_at_the_rendered_url(scheduler_pod):
     pod, core = scheduler_pod
-    created = core.create_namespaced_pod("default", _pod("infer", 4000))
+    created = core.create_namespaced_pod(
+        pod.namespace, _pod("infer", 4000, namespace=pod.namespace)
+    )
     body = kubernetes.client.ApiClient().sanitize_for_serialization(created)
     extender = pod.extender
     # Only pods asking for a managed resource reach the extender: this one does.
@@ -244,14 +302,14 @@ def test_extender_verbs_answer_at_the_rendered_url(scheduler_pod):
             f"{pod.url_prefix}/{extender['bindVerb']}",
             json={
                 "PodName": "infer",
-                "PodNamespace": "default",
+                "PodNamespace": pod.namespace,
                 "PodUID": created.metadata.uid,
                 "Node": "npu-1",
             },
         )
         assert bound.status_code == 200
         assert bound.json() == {"Error": ""}
-    stored = core.read_namespaced_pod("infer", "default")
+    stored = core.read_namespaced_pod("infer", pod.namespace)
     assert stored.spec.node_name == "npu-1"
     assert stored.metadata.annotations[protocol.allocated_key("Ascend310P")]
 
@@ -311,10 +369,12 @@ def test_metrics_are_served_on_the_port_the_service_monitor_scrapes(scheduler_po
 def test_the_pod_ports_serve_no_extender_verb(scheduler_pod):
     """Only the loopback port binds: the metrics and webhook ports refuse the verbs unread."""
     pod, core = scheduler_pod
-    created = core.create_namespaced_pod("default", _pod("probe", 4000))
+    created = core.create_namespaced_pod(
+        pod.namespace, _pod("probe", 4000, namespace=pod.namespace)
+    )
     body = {
         "PodName": "probe",
-        "PodNamespace": "default",
+        "PodNamespace": pod.namespace,
         "PodUID": created.metadata.uid,
         "Node": "npu-1",
     }
@@ -329,10 +389,10 @@ def test_the_pod_ports_serve_no_extender_verb(scheduler_pod):
     answer = httpx.post(f"http://127.0.0.1:{pod.metrics_port}/bind", json=body, timeout=10)
     assert answer.status_code == 404
     assert answer.json() == {"Error": "/bind is not served here"}
-    assert core.read_namespaced_pod("probe", "default").spec.node_name is None
+    assert core.read_namespaced_pod("probe", pod.namespace).spec.node_name is None
 
 
-def test_quotas_and_teams_work_as_rendered(render, tmp_path):
+def test_quotas_and_teams_work_as_rendered(render, tmp_path, kube_namespace):
     """With inline teams the scheduler loads the rendered tenants ConfigMap through the API,
     binds under its quota lock and holds back a pod its namespace's ResourceQuota has no room for."""
     team = {
@@ -349,10 +409,10 @@ def test_quotas_and_teams_work_as_rendered(render, tmp_path):
         core.create_namespaced_config_map(config_map["metadata"]["namespace"], config_map)
         hard = {"limits.huawei.com/Ascend310P-memory": "6144"}
         core.create_namespaced_resource_quota(
-            "default", {"metadata": {"name": "npu"}, "spec": {"hard": hard}}
+            kube_namespace.name, {"metadata": {"name": "npu"}, "spec": {"hard": hard}}
         )
 
-    with _running(manifests, tmp_path, before) as (pod, core):
+    with _running(manifests, tmp_path, kube_namespace, before) as (pod, core):
         ready = httpx.get(f"http://127.0.0.1:{pod.metrics_port}/readyz", timeout=10).json()
         assert ready["quotas"]["tenants_config"] == "kube-system/vnpu-scheduler-tenants"
         assert ready["quotas"]["tenants_loaded"] is True
@@ -362,7 +422,9 @@ def test_quotas_and_teams_work_as_rendered(render, tmp_path):
         )
         extender = pod.extender
         with httpx.Client(timeout=10) as http:
-            first = core.create_namespaced_pod("default", _pod("first", 4000))  # holds 6144
+            first = core.create_namespaced_pod(  # holds 6144
+                pod.namespace, _pod("first", 4000, namespace=pod.namespace)
+            )
             body = kubernetes.client.ApiClient().sanitize_for_serialization(first)
             filtered = http.post(
                 f"{pod.url_prefix}/{extender['filterVerb']}",
@@ -373,18 +435,20 @@ def test_quotas_and_teams_work_as_rendered(render, tmp_path):
                 f"{pod.url_prefix}/{extender['bindVerb']}",
                 json={
                     "PodName": "first",
-                    "PodNamespace": "default",
+                    "PodNamespace": pod.namespace,
                     "PodUID": first.metadata.uid,
                     "Node": "npu-1",
                 },
             )
-            assert bound.json() == {"Error": ""}  # under the Lease vnpu-quota.default
-            second = core.create_namespaced_pod("default", _pod("second", 4000))
+            assert bound.json() == {"Error": ""}  # under the Lease vnpu-quota.<namespace>
+            second = core.create_namespaced_pod(
+                pod.namespace, _pod("second", 4000, namespace=pod.namespace)
+            )
             body = kubernetes.client.ApiClient().sanitize_for_serialization(second)
             refused = http.post(
                 f"{pod.url_prefix}/{extender['filterVerb']}",
                 json={"Pod": body, "NodeNames": ["npu-1"]},
             )
         assert not refused.json().get("NodeNames"), refused.json()
-        assert "quota default/npu limits.huawei.com/Ascend310P-memory" in refused.text
-        assert core.read_namespaced_pod("first", "default").spec.node_name == "npu-1"
+        assert f"quota {pod.namespace}/npu limits.huawei.com/Ascend310P-memory" in refused.text
+        assert core.read_namespaced_pod("first", pod.namespace).spec.node_name == "npu-1"

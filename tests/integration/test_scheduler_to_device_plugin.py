@@ -1,10 +1,11 @@
 """vnpu-scheduler's decision served by vnpu-device-plugin, end to end on one simulated node.
 
-The API emulator, a simulated kubelet and the device plugin run in this process; the
-scheduler runs as its real command. The test plays kube-scheduler: it calls the extender's
-``filter`` and ``bind`` for each pod. The scheduler writes its decision and the node lock
-(owner named) in the Binding; kubelet admits the pod and the plugin serves it, erases the
-entries, marks it ``success`` and releases the lock, so the next bind to the node proceeds.
+kube-apiserver is the session's (the test has a namespace of its own); a simulated kubelet
+and the device plugin run in this process; the scheduler runs as its real command. The test
+plays kube-scheduler: it calls the extender's ``filter`` and ``bind`` for each pod. The
+scheduler writes its decision and the node lock (owner named) in the Binding; kubelet admits
+the pod and the plugin serves it, erases the entries, marks it ``success`` and releases the
+lock, so the next bind to the node proceeds.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import yaml
 from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
 NODE = "npu-node-1"
 CW = "Ascend310P"
 RESOURCE = f"huawei.com/{CW}"
+NOT_READY = "node.kubernetes.io/not-ready"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def _wait(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
@@ -54,11 +56,11 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, url: str) -> None:
+    def __init__(self, root: Path, namespace: str, kubeconfig: Path) -> None:
         self.root = root
-        self.url = url
-        self.kubeconfig = harness.write_kubeconfig(root / "kubeconfig", url)
-        self.client = apiclient.client_for_host(url)
+        self.namespace = namespace
+        self.kubeconfig = kubeconfig
+        self.client = apiclient.client_from_kubeconfig(str(kubeconfig))
         self.core = kubernetes.client.CoreV1Api(self.client)
         self.http = httpx.Client(timeout=30)
         self.scheduler_url = ""
@@ -66,7 +68,7 @@ class Cluster:
 
     def pod(self, name: str) -> dict[str, Any]:
         found: dict[str, Any] = json.loads(
-            self.core.read_namespaced_pod(name, "default", _preload_content=False).data
+            self.core.read_namespaced_pod(name, self.namespace, _preload_content=False).data
         )
         return found
 
@@ -86,7 +88,7 @@ class Cluster:
             "spec": {"schedulerName": "vnpu-scheduler", "containers": specs},
         }
         created: dict[str, Any] = json.loads(
-            self.core.create_namespaced_pod("default", body, _preload_content=False).data
+            self.core.create_namespaced_pod(self.namespace, body, _preload_content=False).data
         )
         return created
 
@@ -101,7 +103,7 @@ class Cluster:
             f"{self.scheduler_url}/bind",
             json={
                 "PodName": name,
-                "PodNamespace": "default",
+                "PodNamespace": self.namespace,
                 "PodUID": pod["metadata"]["uid"],
                 "Node": NODE,
             },
@@ -111,9 +113,33 @@ class Cluster:
     def running(self, name: str) -> bool:
         return self.pod(name)["status"].get("phase") == "Running"
 
+    def schedulable(self) -> bool:
+        """Once the node reports Ready, lift the ``not-ready`` NoSchedule taint kube-apiserver
+        gave it at creation, as kube-controller-manager's node lifecycle controller would
+        (none runs here). True when the node is Ready and no longer has the taint."""
+        node: dict[str, Any] = json.loads(self.core.read_node(NODE, _preload_content=False).data)
+        conditions = node.get("status", {}).get("conditions") or []
+        if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return False
+        taints = node["spec"].get("taints") or []
+        kept = [t for t in taints if t["key"] != NOT_READY]
+        if len(kept) == len(taints):
+            return True
+        body = {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": kept or None},
+        }
+        try:
+            self.core.patch_node(NODE, body, _content_type=MERGE_PATCH)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:  # the node changed meanwhile: look again
+                raise
+            return False
+        return True
+
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
+def cluster(kube_namespace: Any) -> Iterator[Cluster]:
     root = Path(tempfile.mkdtemp(prefix="vint-", dir="/tmp"))
     sim_dir = root / "sim"
     sim_dir.mkdir()
@@ -121,72 +147,72 @@ def cluster() -> Iterator[Cluster]:
         yaml.safe_dump({"chip": "310P3", "chips": 4, "server": "300i-duo", "seed": "integration"}),
         encoding="utf-8",
     )
-    with harness.serve() as url:
-        world = Cluster(root, url)
-        node = kubelet.Kubelet(
-            kubelet.KubeletConfig(
-                node=nodestatus.NodeIdentity(NODE),
-                device_plugin_dir=root / "dp",
-                pod_resources_socket=root / "pr" / "kubelet.sock",
-                heartbeat_seconds=0,
-            ),
-            apiclient.client_for_host(url),
+    world = Cluster(root, kube_namespace.name, kube_namespace.kubeconfig)
+    node = kubelet.Kubelet(
+        kubelet.KubeletConfig(
+            node=nodestatus.NodeIdentity(NODE),
+            device_plugin_dir=root / "dp",
+            pod_resources_socket=root / "pr" / "kubelet.sock",
+            heartbeat_seconds=0,
+        ),
+        apiclient.client_from_kubeconfig(str(world.kubeconfig)),
+    )
+    node.start()
+    world.kubelet = node
+    device_plugin = plugin.Plugin(
+        settings.Settings(
+            node_name=NODE,
+            backend=settings.BackendKind.SIM,
+            sim_dir=sim_dir,
+            device_plugin_dir=root / "dp",
+            pod_resources_socket=root / "pr" / "kubelet.sock",
+            kubeconfig=world.kubeconfig,
+            state_dir=root / "state",
+            metrics_host="127.0.0.1",
+            metrics_port=0,
         )
-        node.start()
-        world.kubelet = node
-        device_plugin = plugin.Plugin(
-            settings.Settings(
-                node_name=NODE,
-                backend=settings.BackendKind.SIM,
-                sim_dir=sim_dir,
-                device_plugin_dir=root / "dp",
-                pod_resources_socket=root / "pr" / "kubelet.sock",
-                kubeconfig=world.kubeconfig,
-                state_dir=root / "state",
-                metrics_host="127.0.0.1",
-                metrics_port=0,
-            )
-        )
-        device_plugin.start()
-        port = _free_port()
-        log = (root / "scheduler.log").open("w")
-        scheduler = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vnpu_scheduler",
-                "--kubeconfig",
-                str(world.kubeconfig),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--lock-wait",
-                "10",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        world.scheduler_url = f"http://127.0.0.1:{port}"
+    )
+    device_plugin.start()
+    port = _free_port()
+    log = (root / "scheduler.log").open("w")
+    scheduler = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vnpu_scheduler",
+            "--kubeconfig",
+            str(world.kubeconfig),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lock-wait",
+            "10",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    world.scheduler_url = f"http://127.0.0.1:{port}"
 
-        def ready() -> bool:
-            try:
-                return world.http.get(f"{world.scheduler_url}/readyz").status_code == 200
-            except httpx.HTTPError:
-                return False
-
+    def ready() -> bool:
         try:
-            _wait(ready, "the scheduler ready")
-            _wait(lambda: node.capacity().get(RESOURCE) == (28, 28), "the plugin registered")
-            yield world
-        finally:
-            scheduler.terminate()
-            scheduler.wait(timeout=10)
-            log.close()
-            device_plugin.stop()
-            node.stop()
-            world.http.close()
-            apiclient.close_client(world.client)
+            return world.http.get(f"{world.scheduler_url}/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait(ready, "the scheduler ready")
+        _wait(lambda: node.capacity().get(RESOURCE) == (28, 28), "the plugin registered")
+        _wait(world.schedulable, f"{NODE} Ready and schedulable")
+        yield world
+    finally:
+        scheduler.terminate()
+        scheduler.wait(timeout=10)
+        log.close()
+        device_plugin.stop()
+        node.stop()
+        world.http.close()
+        apiclient.close_client(world.client)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -212,7 +238,7 @@ def test_scheduled_pods_are_served_on_the_chips_and_templates_the_scheduler_chos
         vnpus = {
             v.vnpu_id: (v.phy_id, v.template) for c in sim.chips() for v in sim.vnpus(c.phy_id)
         }
-        allocation = cluster.kubelet.allocation("default", name)
+        allocation = cluster.kubelet.allocation(cluster.namespace, name)
         assert allocation is not None
         for (container, _count, _memory), entry in zip(containers, decided, strict=True):
             env = allocation.container(container).env

@@ -3,7 +3,7 @@
 Chips are real simulated nodes (``vnpu_device_plugin.npu.sim``) in a temporary directory;
 faults and load go in through ``sim.control`` as the sandbox does. Pods are the JSON the API
 serves, annotated with ``vnpu_core.protocol`` exactly as the scheduler binds them. The
-``Exporter`` harness wires the real sampler and collector on a fresh registry and refreshes
+``Exporter`` class wires the real sampler and collector on a fresh registry and refreshes
 synchronously, so every test sees one deterministic snapshot.
 """
 

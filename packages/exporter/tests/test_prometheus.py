@@ -1,6 +1,7 @@
 """A real Prometheus scraping the exporter, the device plugin and the scheduler of a simulated node.
 
-One platform per module: the API emulator and a simulated kubelet in this process; the
+One platform per module: the session's kube-apiserver (two namespaces of the module's own,
+``ml`` and ``capped`` by role) and a simulated kubelet in this process; the
 ``vnpu-device-plugin``, ``vnpu-scheduler`` and ``vnpu-exporter`` commands as real processes on
 a simulated 310P node; Prometheus (Debian's package) on loopback scraping all three every
 second with vnpu's alert rules loaded. The test plays kube-scheduler (``/filter`` then
@@ -31,9 +32,9 @@ import kubernetes
 import pytest
 import yaml
 
+from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import dashboards, grafana
-from vnpu_sandbox.apiserver import harness
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
 pytestmark = pytest.mark.needs_prometheus
@@ -41,6 +42,11 @@ pytestmark = pytest.mark.needs_prometheus
 NODE = "n1"
 WORD = "Ascend310P"
 ALERTS = Path(__file__).resolve().parents[3] / "deploy" / "alerts" / "vnpu-alerts.yaml"
+ML = "prometheus-ml"
+"""``ml`` above: the team's namespace, whose pods are placed."""
+CAPPED = "prometheus-capped"
+"""``capped`` above: a namespace whose ResourceQuota has no room for its pod."""
+NOT_READY = "node.kubernetes.io/not-ready"
 
 
 def _free_port() -> int:
@@ -59,6 +65,31 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
                 return last
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def _lift_not_ready(core: kubernetes.client.CoreV1Api, name: str) -> bool:
+    """Once node ``name`` reports Ready, lift the ``not-ready`` NoSchedule taint kube-apiserver
+    gave it at creation, as kube-controller-manager's node lifecycle controller would (none
+    runs here). True when the node is Ready and no longer has the taint."""
+    node = core.read_node(name)
+    conditions = (node.status.conditions if node.status else None) or []
+    if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+        return False
+    taints = node.spec.taints or []
+    kept = [t for t in taints if t.key != NOT_READY]
+    if len(kept) == len(taints):
+        return True
+    body = {
+        "metadata": {"resourceVersion": node.metadata.resource_version},
+        "spec": {"taints": core.api_client.sanitize_for_serialization(kept) or None},
+    }
+    try:
+        core.patch_node(name, body, _content_type="application/merge-patch+json")
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 409:  # the node changed meanwhile: look again
+            raise
+        return False
+    return True
 
 
 @dataclass
@@ -92,7 +123,7 @@ class Platform:
 
 
 def _pod(
-    name: str, memory: int | None = None, chips: int = 1, namespace: str = "ml"
+    name: str, memory: int | None = None, chips: int = 1, namespace: str = ML
 ) -> dict[str, Any]:
     limits = {f"huawei.com/{WORD}": str(chips)}
     if memory is not None:
@@ -112,7 +143,7 @@ def _schedule(platform: Platform, name: str) -> None:
     """What kube-scheduler does with the extender: filter on both nodes, then bind to n1."""
     scheduler = platform.url("scheduler")
     pod = platform.core.api_client.sanitize_for_serialization(
-        platform.core.read_namespaced_pod(name, "ml")
+        platform.core.read_namespaced_pod(name, ML)
     )
 
     def filtered() -> bool:
@@ -121,7 +152,7 @@ def _schedule(platform: Platform, name: str) -> None:
         return NODE in (answer.get("NodeNames") or [])
 
     _wait(f"{name} to fit {NODE}", filtered)
-    body = {"PodName": name, "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"], "Node": NODE}
+    body = {"PodName": name, "PodNamespace": ML, "PodUID": pod["metadata"]["uid"], "Node": NODE}
     error = httpx.post(f"{scheduler}/bind", json=body, timeout=10).json()["Error"]
     assert error == "", error
 
@@ -140,26 +171,25 @@ def _hold_back(platform: Platform, name: str, namespace: str) -> None:
     _wait(f"{name} to be held back by its quota", refused)
 
 
-TENANTS = """\
+TENANTS = f"""\
 teams:
   - name: research
-    namespaces: [ml]
-    nominal: {aicore: 64, memory: 131072}
-    borrowingLimit: {aicore: 8, memory: 0}
+    namespaces: [{ML}]
+    nominal: {{aicore: 64, memory: 131072}}
+    borrowingLimit: {{aicore: 8, memory: 0}}
 """
 
 
 def _tenancy(core: kubernetes.client.CoreV1Api) -> None:
     """A team for ``ml``, a ResourceQuota it is well within, and a namespace capped below a pod."""
     client = kubernetes.client
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="capped")))
     core.create_namespaced_config_map(
-        "ml",
+        ML,
         client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="vnpu-tenants"), data={"tenants.yaml": TENANTS}
         ),
     )
-    for namespace, cores in (("ml", "48"), ("capped", "1")):
+    for namespace, cores in ((ML, "48"), (CAPPED, "1")):
         core.create_namespaced_resource_quota(
             namespace,
             client.V1ResourceQuota(
@@ -191,212 +221,202 @@ def _prometheus_config(platform: Platform) -> Path:
 
 
 @pytest.fixture(scope="module")
-def platform() -> Iterator[Platform]:
+def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
     for binary in ("prometheus", "promtool"):
         if shutil.which(binary) is None:
             pytest.skip(
                 f"{binary} is not installed (Debian package prometheus; .ci/run installs it)"
             )
+    plane = request.getfixturevalue("kube_plane")  # the session's kube-apiserver
     root = Path(tempfile.mkdtemp(prefix="vx", dir="/tmp"))  # unix socket paths stay short
     bin_dir = Path(sys.executable).parent
+    spaces = [plane.namespace(ML), plane.namespace(CAPPED)]
+    kubeconfig = spaces[0].kubeconfig
+    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     try:
-        with harness.serve() as url:
-            kubeconfig = harness.write_kubeconfig(root / "kubeconfig", url)
-            api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-            core = kubernetes.client.CoreV1Api(api)
-            core.create_namespace({"metadata": {"name": "ml"}})
-            core.create_node({"metadata": {"name": "n2"}})  # no NPUs: the filter refuses it
-            _tenancy(core)
-            sim = root / "sim"
-            sim.mkdir()
-            (sim / "chips.yaml").write_text("chip: 310P3\nchips: 4\nseed: n1\n")
-            subprocess.run(
-                [sys.executable, "-m", "vnpu_device_plugin.npu.sim", str(sim), "init"],
-                check=True,
-                capture_output=True,
+        core = kubernetes.client.CoreV1Api(api)
+        core.create_node({"metadata": {"name": "n2"}})  # no NPUs: the filter refuses it
+        _tenancy(core)
+        sim = root / "sim"
+        sim.mkdir()
+        (sim / "chips.yaml").write_text("chip: 310P3\nchips: 4\nseed: n1\n")
+        sim_backend.SimBackend(sim)  # makes the node's state, as the simulator's ``init`` does
+        control.inject_fault(sim, 3, codes=[0x80E18405])  # sub-health: usable, with an active code
+        ports = {name: _free_port() for name in ("exporter", "plugin", "scheduler", "prometheus")}
+        platform = Platform(root, core, ports)
+        config = kubelet.KubeletConfig(
+            nodestatus.NodeIdentity(NODE),
+            device_plugin_dir=root / "dp",
+            pod_resources_socket=root / "pr" / "kubelet.sock",
+            heartbeat_seconds=0,
+        )
+        with kubelet.Kubelet(config, apiclient.client_from_kubeconfig(str(kubeconfig))):
+            common = [
+                "--node-name",
+                NODE,
+                "--backend",
+                "sim",
+                "--sim-dir",
+                str(sim),
+                "--kubeconfig",
+                str(kubeconfig),
+            ]
+            platform.start(
+                "plugin",
+                [
+                    str(bin_dir / "vnpu-device-plugin"),
+                    *common,
+                    "--device-plugin-dir",
+                    str(root / "dp"),
+                    "--pod-resources-socket",
+                    str(config.pod_resources_socket),
+                    "--state-dir",
+                    str(root / "state"),
+                    "--metrics-host",
+                    "127.0.0.1",
+                    "--metrics-port",
+                    str(ports["plugin"]),
+                    "--report-interval",
+                    "2",
+                    "--reconcile-interval",
+                    "2",
+                ],
             )
-            control.inject_fault(
-                sim, 3, codes=[0x80E18405]
-            )  # sub-health: usable, with an active code
-            ports = {
-                name: _free_port() for name in ("exporter", "plugin", "scheduler", "prometheus")
-            }
-            platform = Platform(root, core, ports)
-            config = kubelet.KubeletConfig(
-                nodestatus.NodeIdentity(NODE),
-                device_plugin_dir=root / "dp",
-                pod_resources_socket=root / "pr" / "kubelet.sock",
-                heartbeat_seconds=0,
-            )
-            with kubelet.Kubelet(config, apiclient.client_for_host(url)):
-                common = [
-                    "--node-name",
-                    NODE,
-                    "--backend",
-                    "sim",
-                    "--sim-dir",
-                    str(sim),
+            platform.start(
+                "scheduler",
+                [
+                    str(bin_dir / "vnpu-scheduler"),
                     "--kubeconfig",
                     str(kubeconfig),
-                ]
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(ports["scheduler"]),
+                    "--tenants-config",
+                    f"{ML}/vnpu-tenants",
+                ],
+            )
+            intervals = json.dumps(
+                dict.fromkeys(
+                    (
+                        "health",
+                        "sensors",
+                        "utilization",
+                        "memory",
+                        "vnpus",
+                        "pods",
+                        "pod_resources",
+                        "ownership",
+                    ),
+                    0.5,
+                )
+            )
+            os.environ["VNPU_EXP_INTERVALS"] = intervals
+            try:
                 platform.start(
-                    "plugin",
+                    "exporter",
                     [
-                        str(bin_dir / "vnpu-device-plugin"),
+                        str(bin_dir / "vnpu-exporter"),
                         *common,
-                        "--device-plugin-dir",
-                        str(root / "dp"),
                         "--pod-resources-socket",
                         str(config.pod_resources_socket),
-                        "--state-dir",
+                        "--device-plugin-state-dir",
                         str(root / "state"),
-                        "--metrics-host",
-                        "127.0.0.1",
-                        "--metrics-port",
-                        str(ports["plugin"]),
-                        "--report-interval",
-                        "2",
-                        "--reconcile-interval",
-                        "2",
-                    ],
-                )
-                platform.start(
-                    "scheduler",
-                    [
-                        str(bin_dir / "vnpu-scheduler"),
-                        "--kubeconfig",
-                        str(kubeconfig),
                         "--host",
                         "127.0.0.1",
                         "--port",
-                        str(ports["scheduler"]),
-                        "--tenants-config",
-                        "ml/vnpu-tenants",
+                        str(ports["exporter"]),
                     ],
                 )
-                intervals = json.dumps(
-                    dict.fromkeys(
-                        (
-                            "health",
-                            "sensors",
-                            "utilization",
-                            "memory",
-                            "vnpus",
-                            "pods",
-                            "pod_resources",
-                            "ownership",
-                        ),
-                        0.5,
-                    )
-                )
-                os.environ["VNPU_EXP_INTERVALS"] = intervals
-                try:
-                    platform.start(
-                        "exporter",
-                        [
-                            str(bin_dir / "vnpu-exporter"),
-                            *common,
-                            "--pod-resources-socket",
-                            str(config.pod_resources_socket),
-                            "--device-plugin-state-dir",
-                            str(root / "state"),
-                            "--host",
-                            "127.0.0.1",
-                            "--port",
-                            str(ports["exporter"]),
-                        ],
-                    )
-                finally:
-                    del os.environ["VNPU_EXP_INTERVALS"]
-                prometheus_config = _prometheus_config(platform)
-                platform.start(
+            finally:
+                del os.environ["VNPU_EXP_INTERVALS"]
+            prometheus_config = _prometheus_config(platform)
+            platform.start(
+                "prometheus",
+                [
                     "prometheus",
-                    [
-                        "prometheus",
-                        f"--config.file={prometheus_config}",
-                        f"--storage.tsdb.path={root / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-                        "--log.level=warn",
-                    ],
+                    f"--config.file={prometheus_config}",
+                    f"--storage.tsdb.path={root / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
+                    "--log.level=warn",
+                ],
+            )
+            try:
+                _wait(
+                    "the scheduler",
+                    lambda: (
+                        httpx.get(f"{platform.url('scheduler')}/readyz", timeout=2).status_code
+                        == 200
+                    ),
                 )
-                try:
-                    _wait(
-                        "the scheduler",
-                        lambda: (
-                            httpx.get(f"{platform.url('scheduler')}/readyz", timeout=2).status_code
-                            == 200
-                        ),
-                    )
-                    _wait(
-                        "the device plugin's inventory",
-                        lambda: (
-                            f"hami.io/node-register-{WORD}"
-                            in (core.read_node(NODE).metadata.annotations or {})
-                        ),
-                    )
-                    for name, memory in (
-                        ("whole", None),
-                        ("small-a", 6144),
-                        ("small-b", 6144),
-                        ("tiny", 3072),
-                    ):
-                        core.create_namespaced_pod("ml", _pod(name, memory))
-                        _schedule(platform, name)
-                    core.create_namespaced_pod("capped", _pod("capped", 6144, namespace="capped"))
-                    _hold_back(platform, "capped", "capped")
-                    core.create_namespaced_pod("ml", _pod("too-big", chips=8))
-                    pod = core.read_namespaced_pod("too-big", "ml")
-                    body = {
-                        "PodName": "too-big",
-                        "PodNamespace": "ml",
-                        "PodUID": pod.metadata.uid,
-                        "Node": NODE,
-                    }
-                    assert httpx.post(
-                        f"{platform.url('scheduler')}/bind", json=body, timeout=10
-                    ).json()["Error"]
-                    _wait(
-                        "Prometheus",
-                        lambda: (
-                            httpx.get(
-                                f"{platform.url('prometheus')}/-/ready", timeout=2
-                            ).status_code
-                            == 200
-                        ),
-                    )
-                    _wait(
-                        "three targets up",
-                        lambda: len(platform.query('up{job=~"vnpu-.*"} == 1')) == 3,
-                    )
-                    _wait(
-                        "the vNPUs tied to their pods by the ledger",
-                        lambda: (
-                            len(platform.query('vnpu_allocation_info{attribution="ledger"}')) == 3
-                        ),
-                        timeout=20,
-                    )
-                    _wait(  # rate() over the dashboards' 15 s windows needs two samples or more
-                        "three scrapes of every target",
-                        lambda: (
-                            len(platform.query('count_over_time(up{job=~"vnpu-.*"}[15s]) >= 3'))
-                            == 3
-                        ),
-                    )
-                    yield platform
-                except BaseException:
-                    print(platform.logs())
-                    raise
-                finally:
-                    for process in platform.processes.values():
-                        process.terminate()
-                    for process in platform.processes.values():
-                        try:
-                            process.wait(10)
-                        except subprocess.TimeoutExpired:
-                            process.kill()
-                            process.wait(5)
-            api.close()
+                _wait(
+                    "the device plugin's inventory",
+                    lambda: (
+                        f"hami.io/node-register-{WORD}"
+                        in (core.read_node(NODE).metadata.annotations or {})
+                    ),
+                )
+                _wait(f"{NODE} Ready and schedulable", lambda: _lift_not_ready(core, NODE))
+                for name, memory in (
+                    ("whole", None),
+                    ("small-a", 6144),
+                    ("small-b", 6144),
+                    ("tiny", 3072),
+                ):
+                    core.create_namespaced_pod(ML, _pod(name, memory))
+                    _schedule(platform, name)
+                core.create_namespaced_pod(CAPPED, _pod("capped", 6144, namespace=CAPPED))
+                _hold_back(platform, "capped", CAPPED)
+                core.create_namespaced_pod(ML, _pod("too-big", chips=8))
+                pod = core.read_namespaced_pod("too-big", ML)
+                body = {
+                    "PodName": "too-big",
+                    "PodNamespace": ML,
+                    "PodUID": pod.metadata.uid,
+                    "Node": NODE,
+                }
+                assert httpx.post(
+                    f"{platform.url('scheduler')}/bind", json=body, timeout=10
+                ).json()["Error"]
+                _wait(
+                    "Prometheus",
+                    lambda: (
+                        httpx.get(f"{platform.url('prometheus')}/-/ready", timeout=2).status_code
+                        == 200
+                    ),
+                )
+                _wait(
+                    "three targets up",
+                    lambda: len(platform.query('up{job=~"vnpu-.*"} == 1')) == 3,
+                )
+                _wait(
+                    "the vNPUs tied to their pods by the ledger",
+                    lambda: len(platform.query('vnpu_allocation_info{attribution="ledger"}')) == 3,
+                    timeout=20,
+                )
+                _wait(  # rate() over the dashboards' 15 s windows needs two samples or more
+                    "three scrapes of every target",
+                    lambda: (
+                        len(platform.query('count_over_time(up{job=~"vnpu-.*"}[15s]) >= 3')) == 3
+                    ),
+                )
+                yield platform
+            except BaseException:
+                print(platform.logs())
+                raise
+            finally:
+                for process in platform.processes.values():
+                    process.terminate()
+                for process in platform.processes.values():
+                    try:
+                        process.wait(10)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait(5)
     finally:
+        api.close()
+        for space in spaces:  # their objects and both nodes
+            space.clear()
         shutil.rmtree(root, ignore_errors=True)
 
 

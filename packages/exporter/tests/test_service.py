@@ -20,7 +20,6 @@ from prometheus_client.registry import Collector
 
 from vnpu_core import protocol
 from vnpu_exporter import errors, metrics, server, settings
-from vnpu_sandbox.apiserver import harness
 
 
 def test_flags_environment_and_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,55 +161,56 @@ def _pod(name: str, uuid: str, node: str) -> dict[str, Any]:
     }
 
 
-def test_the_command_serves_and_stops_on_sigterm(kit: Any, tmp_path: Path) -> None:
+def test_the_command_serves_and_stops_on_sigterm(
+    kit: Any, tmp_path: Path, kube_namespace: Any
+) -> None:
     sim = kit.make_node(tmp_path / "sim", "310P3", 2)
     chip = sim.chips()[0]
     vnpu = sim.create_vnpu(0, "vir02")
-    with harness.serve() as url:
-        config = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
-        client = kubernetes.config.new_client_from_config(config_file=str(config))
-        kubernetes.client.CoreV1Api(client).create_namespaced_pod(
-            "default", _pod("infer", chip.uuid, "node-a")
-        )
-        client.close()
-        argv = [
-            "--node-name",
-            "node-a",
-            "--backend",
-            "sim",
-            "--sim-dir",
-            str(sim.sim_dir),
-            "--kubeconfig",
-            str(config),
-            "--no-pod-resources",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-        ]
-        env = {**os.environ, "VNPU_EXP_INTERVALS": json.dumps({"pods": 0.2})}
-        with subprocess.Popen(
-            [sys.executable, "-m", "vnpu_exporter", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        ) as process:
-            try:
-                assert process.stdout is not None
-                line = process.stdout.readline()
-                event = json.loads(line)
-                assert event["event"] == "serving", line
-                deadline = time.monotonic() + 10
-                text = ""
-                while time.monotonic() < deadline and "vnpu_allocation_info{" not in text:
-                    text = httpx.get(f"{event['url']}/metrics", timeout=5).text
-                    time.sleep(0.1)
-                assert f'vnpu="{vnpu}"' in text
-                assert 'pod="infer"' in text
-            finally:
-                process.send_signal(signal.SIGTERM)
-                assert process.wait(10) == 0
+    config = kube_namespace.kubeconfig
+    client = kubernetes.config.new_client_from_config(config_file=str(config))
+    kubernetes.client.CoreV1Api(client).create_namespaced_pod(
+        kube_namespace.name, _pod("infer", chip.uuid, "node-a")
+    )
+    client.close()
+    argv = [
+        "--node-name",
+        "node-a",
+        "--backend",
+        "sim",
+        "--sim-dir",
+        str(sim.sim_dir),
+        "--kubeconfig",
+        str(config),
+        "--no-pod-resources",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
+    env = {**os.environ, "VNPU_EXP_INTERVALS": json.dumps({"pods": 0.2})}
+    with subprocess.Popen(
+        [sys.executable, "-m", "vnpu_exporter", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            event = json.loads(line)
+            assert event["event"] == "serving", line
+            deadline = time.monotonic() + 10
+            text = ""
+            while time.monotonic() < deadline and "vnpu_allocation_info{" not in text:
+                text = httpx.get(f"{event['url']}/metrics", timeout=5).text
+                time.sleep(0.1)
+            assert f'vnpu="{vnpu}"' in text
+            assert 'pod="infer"' in text
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(10) == 0
 
 
 def test_concurrent_scrapes_while_the_pods_change(kit: Any, node310: Any) -> None:

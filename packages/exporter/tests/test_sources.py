@@ -1,5 +1,5 @@
-"""The sources over real transports: the API emulator over HTTP, PodResources over a unix socket,
-and the device plugin's ledger file."""
+"""The sources over real transports: kube-apiserver over HTTPS (the session's, a namespace per
+test), PodResources over a unix socket, and the device plugin's ledger file."""
 
 from __future__ import annotations
 
@@ -13,22 +13,21 @@ from typing import Any
 import grpc
 import kubernetes
 import pytest
+import yaml
 
 from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.apiserver import harness
 from vnpu_service import kubeapi
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[Path, kubernetes.client.CoreV1Api]]:
-    with harness.serve() as url:
-        config = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
-        client = kubernetes.config.new_client_from_config(config_file=str(config))
-        try:
-            yield config, kubernetes.client.CoreV1Api(client)
-        finally:
-            client.close()
+def api(kube_namespace: Any) -> Iterator[tuple[Any, kubernetes.client.CoreV1Api]]:
+    """The test's namespace on kube-apiserver and an admin client for it."""
+    client = kubernetes.config.new_client_from_config(config_file=str(kube_namespace.kubeconfig))
+    try:
+        yield kube_namespace, kubernetes.client.CoreV1Api(client)
+    finally:
+        client.close()
 
 
 def _pod(name: str, node: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -41,23 +40,25 @@ def _pod(name: str, node: str, annotations: dict[str, str] | None = None) -> dic
 
 
 def test_kube_pods_lists_the_pods_bound_to_the_node(api: Any) -> None:
-    config, core = api
-    core.create_namespaced_pod(
-        "default",
-        _pod("here", "n1", {"hami.io/Ascend310P-devices-allocated": "U,Ascend310P,3072,0:;"}),
-    )
-    core.create_namespaced_pod("default", _pod("there", "n2"))
-    core.create_namespace({"metadata": {"name": "ml"}})
-    core.create_namespaced_pod("ml", _pod("also-here", "n1"))
-    source = pods.KubePods.connect(config)
+    space, core = api
+    other = space.plane.namespace(f"{space.name}-ml")  # a second namespace, cleared below
     try:
-        found = source.list("n1")
+        core.create_namespaced_pod(
+            space.name,
+            _pod("here", "n1", {"hami.io/Ascend310P-devices-allocated": "U,Ascend310P,3072,0:;"}),
+        )
+        core.create_namespaced_pod(space.name, _pod("there", "n2"))
+        core.create_namespaced_pod(other.name, _pod("also-here", "n1"))
+        source = pods.KubePods.connect(space.kubeconfig)
+        try:
+            found = source.list("n1")
+        finally:
+            source.close()
     finally:
-        source.close()
-    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in found) == [
-        ("default", "here"),
-        ("ml", "also-here"),
-    ]
+        other.clear()
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in found) == sorted(
+        [(space.name, "here"), (other.name, "also-here")]
+    )
     here = next(p for p in found if p["metadata"]["name"] == "here")
     # plain JSON as the API sends it (camelCase), which vnpu_core.ledger reads
     assert here["spec"]["nodeName"] == "n1"
@@ -67,10 +68,14 @@ def test_kube_pods_lists_the_pods_bound_to_the_node(api: Any) -> None:
     )
 
 
-def test_kube_pods_reports_an_unreachable_api_as_api_error(tmp_path: Path) -> None:
-    config = harness.write_kubeconfig(
-        tmp_path / "kubeconfig", "http://127.0.0.1:9"
-    )  # discard port: nothing listens
+def test_kube_pods_reports_an_unreachable_api_as_api_error(kube_plane: Any, tmp_path: Path) -> None:
+    # The plane's own kubeconfig (CA, client certificate) aimed at the discard port, where
+    # nothing listens.
+    document = yaml.safe_load(kube_plane.kubeconfig.read_text(encoding="utf-8"))
+    for cluster in document["clusters"]:
+        cluster["cluster"]["server"] = "https://127.0.0.1:9"
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(document), encoding="utf-8")
     source = pods.KubePods.connect(config, timeout=2)
     with pytest.raises(kubeapi.Unavailable) as caught:
         source.list("n1")
