@@ -66,9 +66,14 @@ _CLUSTER = (
     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
     "/apis/scheduling.k8s.io/v1/priorityclasses",
     "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+    "/api/v1/namespaces/kube-system/configmaps",
+    "/api/v1/namespaces/kube-system/events",
+    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
 )
-"""The cluster-scoped kinds ``clear`` empties of what was not there when the plane started (and
-the node Leases, which belong to the nodes: no garbage collector runs to remove them)."""
+"""The cluster-scoped kinds ``clear`` empties of what was not there when the plane started; and
+the node Leases, which belong to the nodes (no garbage collector runs to remove them), and what
+vnpu's services keep in ``kube-system`` as the chart installs them (the tenants ConfigMap, the
+quota Leases, their events)."""
 
 
 class ApiError(Exception):
