@@ -63,6 +63,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def kube_plane(pytestconfig: pytest.Config) -> Any:
     """The session's kube-apiserver (``apiplane.ApiPlane``)."""
     state = pytestconfig.stash[_plane_key]
+    if state.plane is None and state.problem is None:  # asked for through getfixturevalue
+        state.start()
     if state.plane is None:
         problem = state.problem or "it did not start"
         if os.environ.get("VNPU_REQUIRE_K8S") == "1":

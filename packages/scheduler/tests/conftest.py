@@ -1,11 +1,19 @@
-"""Fixtures: the Kubernetes API emulator over HTTP, cluster builders and a running scheduler.
+"""Fixtures: the real kube-apiserver, cluster builders and a running scheduler.
 
-Every test talks to a fresh emulator (``vnpu_sandbox.apiserver.harness``) with the official
-``kubernetes`` client, and to the scheduler over real HTTP on loopback.
+Every test talks to the session's kube-apiserver (the root conftest's ``kube_plane``) with
+the official ``kubernetes`` client, in a namespace of its own (``kube_namespace``): ``Kube``
+is the tests' view of it, and its helpers (``add_pod``, ``pod``, ``annotate_pod``,
+``events``, and the ``make`` builders) default to that namespace. What a test leaves there,
+in the namespaces it adds with ``Kube.add_namespace``, and every node is deleted when it
+ends. The schedulers a test starts reach the API with the admin's kubeconfig (HTTPS, client
+certificate) and keep their Leases in the test's namespace; the tests reach them over HTTP
+on loopback. A test that needs a kube-apiserver of its own (other flags) parametrizes
+``kube`` indirectly with ``{"api_args": (...)}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -21,13 +29,15 @@ import httpx
 import kubernetes
 import prometheus_client
 import pytest
+import yaml
 
 from vnpu_core import coordination, ledger, protocol
-from vnpu_sandbox.apiserver import harness
+from vnpu_sandbox.platform import apiplane
 from vnpu_scheduler import app, cluster, server, settings
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+NOT_READY = "node.kubernetes.io/not-ready"
 
 
 def handshake(age_seconds: float = 0.0, state: str = "reported") -> str:
@@ -125,26 +135,71 @@ def npu_pod_object(name: str, *args: Any, **options: Any) -> Json:
 
 @dataclass
 class Kube:
-    """The emulator's URL and kubeconfig, with the official client bound to it."""
+    """One test's namespace on a real kube-apiserver, with the official client bound to it.
 
-    url: str
+    ``plane`` is the ``apiplane.ApiPlane`` (its ``url``, ``tls``, ``compact``); ``namespace``
+    the test's own, where the helpers put and look for pods unless told otherwise.
+    """
+
+    plane: Any
+    namespace: str
     kubeconfig: Path
     client: kubernetes.client.ApiClient
     core: kubernetes.client.CoreV1Api
+    added: list[str] = field(default_factory=list)
+    elsewhere: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return str(self.plane.url)
 
     def plain(self, obj: Any) -> Json:
         result: Json = self.client.sanitize_for_serialization(obj)
         return result
 
+    def namespaced(self, suffix: str) -> str:
+        """The name of this test's extra namespace ``suffix`` (see ``add_namespace``)."""
+        return f"{self.namespace}-{suffix}"
+
+    def add_namespace(self, suffix: str) -> str:
+        """Create namespace ``<test's namespace>-<suffix>`` (with its default ServiceAccount,
+        so it takes pods); emptied when the test ends. Returns its name."""
+        name = self.namespaced(suffix)
+        self.plane.namespace(name)
+        self.added.append(name)
+        return name
+
+    def use_namespace(self, name: str) -> None:
+        """Let namespace ``name``, which no test owns (kube-system), take pods: it and its
+        default ServiceAccount (kube-controller-manager's doing in a cluster) exist. The pods
+        the test makes there are deleted when it ends; the namespace is left alone."""
+        self.plane.namespace(name)
+
     def add_node(self, obj: Json) -> Json:
-        return self.plain(self.core.create_node(obj))
+        """Create ``obj`` as a ready node. kube-apiserver taints every new node
+        ``node.kubernetes.io/not-ready:NoSchedule``, and kube-controller-manager lifts the
+        taint once the kubelet reports Ready; neither runs here, so this lifts it."""
+        created = self.plain(self.core.create_node(obj))
+        taints = created.get("spec", {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") != NOT_READY]
+        if len(kept) == len(taints):
+            return created
+        body = {"spec": {"taints": kept or None}}
+        return self.plain(
+            self.core.patch_node(obj["metadata"]["name"], body, _content_type=MERGE_PATCH)
+        )
 
     def add_pod(self, obj: Json) -> Json:
-        namespace = obj["metadata"].get("namespace", "default")
-        return self.plain(self.core.create_namespaced_pod(namespace, obj))
+        """Create ``obj`` in its namespace (the test's when it names none). A pod made in a
+        namespace no test owns (kube-system) is deleted when the test ends."""
+        namespace = obj["metadata"].setdefault("namespace", self.namespace)
+        created = self.plain(self.core.create_namespaced_pod(namespace, obj))
+        if namespace != self.namespace and namespace not in self.added:
+            self.elsewhere.append((namespace, obj["metadata"]["name"]))
+        return created
 
-    def pod(self, name: str, namespace: str = "default") -> Json:
-        return self.plain(self.core.read_namespaced_pod(name, namespace))
+    def pod(self, name: str, namespace: str | None = None) -> Json:
+        return self.plain(self.core.read_namespaced_pod(name, namespace or self.namespace))
 
     def node(self, name: str) -> Json:
         return self.plain(self.core.read_node(name))
@@ -153,27 +208,71 @@ class Kube:
         body = {"metadata": {"annotations": annotations}}
         self.core.patch_node(name, body, _content_type=MERGE_PATCH)
 
-    def annotate_pod(self, name: str, annotations: dict[str, str | None]) -> None:
+    def annotate_pod(
+        self, name: str, annotations: dict[str, str | None], namespace: str | None = None
+    ) -> None:
         body = {"metadata": {"annotations": annotations}}
-        self.core.patch_namespaced_pod(name, "default", body, _content_type=MERGE_PATCH)
+        self.core.patch_namespaced_pod(
+            name, namespace or self.namespace, body, _content_type=MERGE_PATCH
+        )
 
-    def events(self, name: str, namespace: str = "default") -> list[Json]:
+    def events(self, name: str, namespace: str | None = None) -> list[Json]:
         found = self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}"
+            namespace or self.namespace, field_selector=f"involvedObject.name={name}"
         )
         return [self.plain(e) for e in found.items]
 
+    def tidy(self) -> None:
+        """Delete what the test made outside the namespaces the fixture clears."""
+        for namespace, name in self.elsewhere:
+            with contextlib.suppress(kubernetes.client.exceptions.ApiException):
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        for namespace in self.added:
+            self.plane.clear(namespace)
+
+
+def plain_kubeconfig(path: Path, url: str, namespace: str = "default") -> Path:
+    """Write a kubeconfig for an API at ``url`` reached with no credentials (plain HTTP: a
+    test's proxy in front of the API, or an address where nothing listens)."""
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": url}}],
+        "users": [{"name": "test", "user": {}}],
+        "contexts": [
+            {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}
+        ],
+        "current-context": "test",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
 
 @pytest.fixture
-def kube(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kube]:
-    """A fresh emulator; parametrize indirectly with ``server.Settings`` fields to tune it."""
-    with harness.serve(**getattr(request, "param", {})) as url:
-        path = harness.write_kubeconfig(tmp_path / "kubeconfig", url)
-        client = kubernetes.config.new_client_from_config(str(path))
-        try:
-            yield Kube(url, path, client, kubernetes.client.CoreV1Api(client))
-        finally:
-            client.close()
+def write_kubeconfig() -> Callable[..., Path]:
+    """``plain_kubeconfig``, for test modules (which cannot import conftest)."""
+    return plain_kubeconfig
+
+
+@pytest.fixture
+def kube(kube_namespace: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kube]:
+    """The test's namespace on the session's kube-apiserver; with ``{"api_args": (...)}``
+    (indirect parametrization), a namespace on a kube-apiserver of the test's own started
+    with those flags (the session's namespace is then left unused)."""
+    api_args = getattr(request, "param", {}).get("api_args")
+    with contextlib.ExitStack() as stack:
+        space = kube_namespace
+        if api_args is not None:
+            private = stack.enter_context(apiplane.serve(tmp_path / "api", api_args=api_args))
+            space = private.namespace("private")
+        client = kubernetes.config.new_client_from_config(str(space.kubeconfig))
+        stack.callback(client.close)
+        view = Kube(
+            space.plane, space.name, space.kubeconfig, client, kubernetes.client.CoreV1Api(client)
+        )
+        stack.callback(view.tidy)
+        yield view
 
 
 @dataclass
@@ -223,6 +322,7 @@ def start_scheduler(kube: Kube) -> Iterator[StartScheduler]:
         """``client`` talks to the extender listener (default: plain httpx, 30 s timeout)."""
         options: dict[str, Any] = {
             "kubeconfig": kube.kubeconfig,
+            "lock_namespace": kube.namespace,
             "host": "127.0.0.1",
             "port": 0,
             "webhook_port": 0,
@@ -263,7 +363,13 @@ def scheduler(start_scheduler: StartScheduler) -> Running:
 
 
 def holder_object(
-    name: str, node: str, devices: str, word: str = "Ascend310P", runtime: str | None = None
+    name: str,
+    node: str,
+    devices: str,
+    word: str = "Ascend310P",
+    runtime: str | None = None,
+    *,
+    namespace: str = "default",
 ) -> Json:
     """A running pod bound to ``node`` holding ``devices`` (the devices-allocated grammar)."""
     annotations = {
@@ -276,7 +382,7 @@ def holder_object(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
         "spec": {
             "nodeName": node,
             "containers": [{"name": "main", "image": "ascend/app"}],
@@ -285,18 +391,36 @@ def holder_object(
 
 
 class Make:
-    """Builders for test objects (a fixture, since test modules cannot import conftest)."""
+    """Builders for test objects (a fixture, since test modules cannot import conftest).
+
+    Pods are made in ``namespace`` (the test's) unless a builder is told another.
+    """
 
     node = staticmethod(node_object)
-    pod = staticmethod(pod_object)
-    npu_pod = staticmethod(npu_pod_object)
     handshake = staticmethod(handshake)
-    holder = staticmethod(holder_object)
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def pod(self, *args: Any, **options: Any) -> Json:
+        options.setdefault("namespace", self.namespace)
+        return pod_object(*args, **options)
+
+    def npu_pod(self, *args: Any, **options: Any) -> Json:
+        options.setdefault("namespace", self.namespace)
+        return npu_pod_object(*args, **options)
+
+    def holder(self, *args: Any, **options: Any) -> Json:
+        options.setdefault("namespace", self.namespace)
+        return holder_object(*args, **options)
 
 
 @pytest.fixture
-def make() -> type[Make]:
-    return Make
+def make(request: pytest.FixtureRequest) -> Make:
+    """The builders, making pods in the test's namespace (``default`` for a test with no API)."""
+    if "kube" in request.fixturenames:
+        return Make(request.getfixturevalue("kube").namespace)
+    return Make("default")
 
 
 class PluginStandIn:
@@ -307,10 +431,8 @@ class PluginStandIn:
     served containers from ``-devices-to-allocate`` and remove the node lock the pod owns.
     """
 
-    def __init__(self, url: str) -> None:
-        config = kubernetes.client.Configuration()
-        config.host = url
-        self._client = kubernetes.client.ApiClient(config)
+    def __init__(self, kubeconfig: Path) -> None:
+        self._client = kubernetes.config.new_client_from_config(str(kubeconfig))
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -383,42 +505,46 @@ class PluginStandIn:
 
 @pytest.fixture
 def plugin(kube: Kube) -> Iterator[PluginStandIn]:
-    with PluginStandIn(kube.url) as stand_in:
+    with PluginStandIn(kube.kubeconfig) as stand_in:
         yield stand_in
 
 
-def start_replica(kubeconfig: Path, log: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A scheduler process on loopback; its extender URL once it listens."""
+def start_replica(kubeconfig: Path, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """A scheduler process on loopback, logging to ``log`` (``replica_url`` waits for it)."""
     command = [
         sys.executable, "-m", "vnpu_scheduler", "--kubeconfig", str(kubeconfig),
         "--host", "127.0.0.1", "--port", "0", "--lock-wait", "25", "--bind-timeout", "28",
         *flags,
     ]  # fmt: skip
-    handle = log.open("wb")
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    handle.close()
+    with log.open("wb") as handle:
+        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def replica_url(process: subprocess.Popen[bytes], log: Path) -> str:
+    """The extender URL of a replica from ``start_replica``, once it listens."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for line in log.read_text().splitlines():
             if '"listening"' in line:
-                return process, json.loads(line)["urls"][0]
+                url: str = json.loads(line)["urls"][0]
+                return url
         if process.poll() is not None:
             raise AssertionError(f"replica exited: {log.read_text()}")
         time.sleep(0.05)
-    process.kill()
     raise AssertionError(f"replica did not start: {log.read_text()}")
 
 
 @pytest.fixture
 def replicas(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[str]]:
-    """Two scheduler processes against ``kube``; parametrize indirectly with extra flags."""
-    flags = tuple(getattr(request, "param", ()))
+    """Two scheduler processes against ``kube``, started together; parametrize indirectly
+    with extra flags."""
+    flags = ("--lock-namespace", kube.namespace, *getattr(request, "param", ()))
+    logs = [tmp_path / f"replica-{number}.log" for number in range(2)]
     started = []
     try:
-        for number in range(2):
-            log = tmp_path / f"replica-{number}.log"
+        for log in logs:
             started.append(start_replica(kube.kubeconfig, log, *flags))
-        urls = [url for _, url in started]
+        urls = [replica_url(process, log) for process, log in zip(started, logs, strict=True)]
         with httpx.Client() as client:
             for url in urls:
                 deadline = time.monotonic() + 10
@@ -427,10 +553,11 @@ def replicas(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
                     time.sleep(0.05)
         yield urls
     finally:
-        for process, _ in started:
+        for process in started:
             process.terminate()
-        for process, _ in started:
+        for process in started:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()

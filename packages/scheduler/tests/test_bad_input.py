@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import prometheus_client
 import pytest
+
+from vnpu_scheduler import app, cluster, server, settings
 
 Json = dict[str, Any]
 
@@ -112,19 +116,20 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
         "NPUs unavailable: annotation hami.io/node-handshake-Ascend310P: time must be"
     )
     assert final["bad-usage"].startswith(
-        "chip usage unknown: pod default/junk has an unreadable hami.io/Ascend310P-devices-allocated"
+        f"chip usage unknown: pod {kube.namespace}/junk has an unreadable "
+        "hami.io/Ascend310P-devices-allocated"
     )
     # Binding onto the node whose usage is unknown is refused and leaves no lock.
     answer = scheduler.post(
         "bind",
         {
             "PodName": "job2",
-            "PodNamespace": "default",
+            "PodNamespace": kube.namespace,
             "PodUID": pod["metadata"]["uid"],
             "Node": "bad-usage",
         },
     )
-    assert answer.json()["Error"].startswith("chip usage unknown: pod default/junk")
+    assert answer.json()["Error"].startswith(f"chip usage unknown: pod {kube.namespace}/junk")
     assert "hami.io/mutex.lock" not in kube.node("bad-usage")["metadata"]["annotations"]
     assert not kube.pod("job2")["spec"].get("nodeName")
     # ... and the service still binds elsewhere.
@@ -132,7 +137,7 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
         "bind",
         {
             "PodName": "job2",
-            "PodNamespace": "default",
+            "PodNamespace": kube.namespace,
             "PodUID": pod["metadata"]["uid"],
             "Node": "good",
         },
@@ -140,15 +145,9 @@ def test_garbage_annotations_on_nodes_and_pods(kube: Any, make: Any, scheduler: 
     assert answer.json() == {"Error": ""}
 
 
-def test_not_ready_until_the_cluster_is_listed(tmp_path: Any) -> None:
+def test_not_ready_until_the_cluster_is_listed(tmp_path: Any, write_kubeconfig: Any) -> None:
     """An API server that cannot be reached: probes say so, filter answers Error, nothing hangs."""
-    import httpx
-    import prometheus_client
-
-    from vnpu_sandbox.apiserver import harness
-    from vnpu_scheduler import app, cluster, server, settings
-
-    closed = harness.write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    closed = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
     config = settings.Settings(kubeconfig=closed, host="127.0.0.1", port=0, api_timeout=1)
     api = cluster.KubeCluster.connect(config.kubeconfig, config.api_timeout)
     registry = prometheus_client.CollectorRegistry()

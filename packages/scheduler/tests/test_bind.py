@@ -25,7 +25,7 @@ def _bind(scheduler: Any, kube: Any, name: str, node: str) -> str:
     pod = kube.pod(name)
     body = {
         "PodName": name,
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": node,
     }
@@ -52,10 +52,12 @@ def test_waits_for_a_pod_still_allocating_then_gives_up(
 ) -> None:
     scheduler = start_scheduler(lock_wait=0.3, lock_ttl=1.0)
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
-    held = _lock(("default", "other"), age_seconds=600)  # expired, but its owner still waits
+    held = _lock((kube.namespace, "other"), age_seconds=600)  # expired, but its owner still waits
     kube.annotate_node("n1", {LOCK: held})
     error = _bind(scheduler, kube, "job", "n1")
-    assert error.startswith("node n1 is locked by pod default/other, still waiting for Allocate")
+    assert error.startswith(
+        f"node n1 is locked by pod {kube.namespace}/other, still waiting for Allocate"
+    )
     assert kube.node("n1")["metadata"]["annotations"][LOCK] == held
     _unbound(kube)
     assert scheduler.sample("vnpu_scheduler_lock_wait_seconds_count") == 1
@@ -63,7 +65,7 @@ def test_waits_for_a_pod_still_allocating_then_gives_up(
     scheduler.wait_for(lambda: any(e["reason"] == "NPUBindFailed" for e in kube.events("job")))
     event = next(e for e in kube.events("job") if e["reason"] == "NPUBindFailed")
     assert event["type"] == "Warning"
-    assert "locked by pod default/other" in event["message"]
+    assert f"locked by pod {kube.namespace}/other" in event["message"]
 
 
 def test_a_fresh_lock_of_a_live_pod_is_never_taken(
@@ -71,17 +73,18 @@ def test_a_fresh_lock_of_a_live_pod_is_never_taken(
 ) -> None:
     scheduler = start_scheduler(lock_wait=0.2)
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "success"}))
-    kube.annotate_node("n1", {LOCK: _lock(("default", "other"))})
-    assert _bind(scheduler, kube, "job", "n1").startswith("node n1 is locked by pod default/other")
+    kube.annotate_node("n1", {LOCK: _lock((kube.namespace, "other"))})
+    error = _bind(scheduler, kube, "job", "n1")
+    assert error.startswith(f"node n1 is locked by pod {kube.namespace}/other")
     _unbound(kube)
 
 
 @pytest.mark.parametrize(
     ("owner", "age", "why"),
     [
-        (("default", "gone"), 0, "owner_gone"),  # owner pod deleted: taken at once (as HAMi)
-        (("default", "done"), 600, "expired"),  # expired and Allocate finished
-        (("default", "running"), 600, "expired"),  # bind-phase never updated, but it runs
+        ("gone", 0, "owner_gone"),  # owner pod deleted: taken at once (as HAMi)
+        ("done", 600, "expired"),  # expired and Allocate finished
+        ("running", 600, "expired"),  # bind-phase never updated, but it runs
         (None, 600, "expired"),  # owner-less (Volcano) and expired
     ],
 )
@@ -90,7 +93,7 @@ def test_takes_over_locks_nobody_needs(
     make: Any,
     start_scheduler: Any,
     node_and_pod: None,
-    owner: tuple[str, str] | None,
+    owner: str | None,
     age: float,
     why: str,
 ) -> None:
@@ -98,11 +101,11 @@ def test_takes_over_locks_nobody_needs(
     kube.add_pod(make.npu_pod("done", annotations={"hami.io/bind-phase": "success"}))
     kube.add_pod(make.npu_pod("running", annotations={"hami.io/bind-phase": "allocating"}))
     kube.core.patch_namespaced_pod_status(
-        "running", "default", {"status": {"phase": "Running"}}, _content_type=MERGE_PATCH
+        "running", kube.namespace, {"status": {"phase": "Running"}}, _content_type=MERGE_PATCH
     )
-    kube.annotate_node("n1", {LOCK: _lock(owner, age)})
+    kube.annotate_node("n1", {LOCK: _lock(None if owner is None else (kube.namespace, owner), age)})
     assert _bind(scheduler, kube, "job", "n1") == ""
-    assert kube.node("n1")["metadata"]["annotations"][LOCK].endswith(",default,job")
+    assert kube.node("n1")["metadata"]["annotations"][LOCK].endswith(f",{kube.namespace},job")
     assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why=why) == 1
 
 
@@ -170,18 +173,19 @@ def test_refusals_name_the_problem(kube: Any, make: Any, scheduler: Any) -> None
         "container 'main': huawei.com/Ascend310P-memory=4Gi: write MiB as a plain integer, e.g. 4096"
     )
     _unbound(kube, "gib")
+    space = kube.namespace
     answer = scheduler.post(
-        "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}
+        "bind", {"PodName": "ghost", "PodNamespace": space, "PodUID": "u", "Node": "n1"}
     )
-    assert answer.json() == {"Error": "pod default/ghost does not exist"}
+    assert answer.json() == {"Error": f"pod {space}/ghost does not exist"}
     kube.add_pod(make.npu_pod("job", memory=4000))
     answer = scheduler.post(
-        "bind", {"PodName": "job", "PodNamespace": "default", "PodUID": "other-uid", "Node": "n1"}
+        "bind", {"PodName": "job", "PodNamespace": space, "PodUID": "other-uid", "Node": "n1"}
     )
-    assert answer.json()["Error"].startswith("pod default/job has UID ")
+    assert answer.json()["Error"].startswith(f"pod {space}/job has UID ")
     assert _bind(scheduler, kube, "job", "n-missing") == "node n-missing does not exist"
     assert _bind(scheduler, kube, "job", "n1") == ""
-    assert _bind(scheduler, kube, "job", "n2") == "pod default/job is already bound to node n1"
+    assert _bind(scheduler, kube, "job", "n2") == f"pod {space}/job is already bound to node n1"
     assert LOCK not in (kube.node("n2")["metadata"].get("annotations") or {})
 
 
@@ -199,7 +203,7 @@ def test_pod_without_npu_is_refused(kube: Any, make: Any, scheduler: Any) -> Non
     kube.add_node(make.node("n1"))
     kube.add_pod(make.npu_pod("web", count=None))
     assert _bind(scheduler, kube, "web", "n1") == (
-        "pod default/web asks for no NPU resource: vnpu-scheduler binds only pods that do"
+        f"pod {kube.namespace}/web asks for no NPU resource: vnpu-scheduler binds only pods that do"
     )
     _unbound(kube, "web")
 
@@ -234,14 +238,14 @@ def test_pod_deleted_after_filter_is_refused_and_the_lock_released(
 ) -> None:
     pod = kube.pod("job")
     scheduler.post("filter", {"Pod": pod, "NodeNames": ["n1"]})
-    kube.core.delete_namespaced_pod("job", "default", grace_period_seconds=0)
+    kube.core.delete_namespaced_pod("job", kube.namespace, grace_period_seconds=0)
     body = {
         "PodName": "job",
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": "n1",
     }
-    assert scheduler.post("bind", body).json() == {"Error": "pod default/job was deleted"}
+    assert scheduler.post("bind", body).json() == {"Error": f"pod {kube.namespace}/job was deleted"}
     assert LOCK not in (kube.node("n1")["metadata"].get("annotations") or {})
 
 
@@ -251,11 +255,11 @@ def test_pod_recreated_under_the_same_name_is_not_bound(
     """The Binding carries the UID kube-scheduler filtered: a new pod of that name is not taken."""
     old = kube.pod("job")
     scheduler.post("filter", {"Pod": old, "NodeNames": ["n1"]})
-    kube.core.delete_namespaced_pod("job", "default", grace_period_seconds=0)
+    kube.core.delete_namespaced_pod("job", kube.namespace, grace_period_seconds=0)
     kube.add_pod(make.npu_pod("job", memory=4000))
     body = {
         "PodName": "job",
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": old["metadata"]["uid"],
         "Node": "n1",
     }

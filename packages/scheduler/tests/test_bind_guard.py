@@ -43,14 +43,14 @@ def _bind(scheduler: Any, pod: Json, node: str, uid: str | None = None) -> Any:
     meta = pod["metadata"]
     body = {
         "PodName": meta["name"],
-        "PodNamespace": meta.get("namespace", "default"),
+        "PodNamespace": meta["namespace"],
         "PodUID": meta["uid"] if uid is None else uid,
         "Node": node,
     }
     return scheduler.post("bind", body)
 
 
-def _nothing_moved(kube: Any, scheduler: Any, name: str, namespace: str = "default") -> None:
+def _nothing_moved(kube: Any, scheduler: Any, name: str, namespace: str | None = None) -> None:
     pod = kube.pod(name, namespace)
     assert not pod["spec"].get("nodeName")
     assert not any(k.startswith("hami.io/") for k in pod["metadata"].get("annotations") or {})
@@ -177,12 +177,14 @@ def test_a_cordoned_node_is_refused(kube: Any, make: Any, placed: Any) -> None:
 
 
 def test_pods_not_for_this_scheduler_are_refused(kube: Any, make: Any, placed: Any) -> None:
+    space = kube.namespace
     web = kube.add_pod(make.pod("web", count=None))  # default-scheduler, no NPU
     assert _bind(placed, web, "n2").json() == {
-        "Error": "pod default/web is for scheduler 'default-scheduler', not 'vnpu-scheduler': "
+        "Error": f"pod {space}/web is for scheduler 'default-scheduler', not 'vnpu-scheduler': "
         "vnpu-scheduler binds only its own pods"
     }
     _nothing_moved(kube, placed, "web")
+    kube.use_namespace("kube-system")
     system = kube.add_pod(make.pod("dns", count=None, namespace="kube-system"))
     assert (
         _bind(placed, system, "n2")
@@ -194,12 +196,12 @@ def test_pods_not_for_this_scheduler_are_refused(kube: Any, make: Any, placed: A
     assert (
         _bind(placed, volcano, "n2")
         .json()["Error"]
-        .startswith("pod default/vc is for scheduler 'volcano', not 'vnpu-scheduler'")
+        .startswith(f"pod {space}/vc is for scheduler 'volcano', not 'vnpu-scheduler'")
     )
     _nothing_moved(kube, placed, "vc")
     plain = kube.add_pod(make.npu_pod("plain", count=None))
     assert _bind(placed, plain, "n2").json() == {
-        "Error": "pod default/plain asks for no NPU resource: vnpu-scheduler binds only pods "
+        "Error": f"pod {space}/plain asks for no NPU resource: vnpu-scheduler binds only pods "
         "that do"
     }
     _nothing_moved(kube, placed, "plain")
@@ -207,13 +209,14 @@ def test_pods_not_for_this_scheduler_are_refused(kube: Any, make: Any, placed: A
 
 def test_the_pod_uid_must_be_given_and_match(kube: Any, make: Any, placed: Any) -> None:
     created = kube.add_pod(_tolerating(make.npu_pod("job", memory=4000)))
-    body = {"PodName": "job", "PodNamespace": "default", "Node": "n2"}
+    body = {"PodName": "job", "PodNamespace": kube.namespace, "Node": "n2"}
     answer = placed.post("bind", body)
     assert answer.status_code == 400
     assert answer.json()["Error"].startswith("PodUID: Field required")
     wrong = _bind(placed, created, "n2", uid="0000-not-the-pod")
     assert wrong.json()["Error"] == (
-        f"pod default/job has UID {created['metadata']['uid']}, the bind is for 0000-not-the-pod"
+        f"pod {kube.namespace}/job has UID {created['metadata']['uid']}, "
+        "the bind is for 0000-not-the-pod"
     )
     _nothing_moved(kube, placed, "job")
 
@@ -226,15 +229,15 @@ def test_a_pod_bound_by_someone_else_is_not_taken_again(kube: Any, make: Any, pl
         "metadata": {"name": "job"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "n2"},
     }
-    kube.core.create_namespaced_binding("default", binding, _preload_content=False)
+    kube.core.create_namespaced_binding(kube.namespace, binding, _preload_content=False)
     placed.wait_for(lambda: kube.pod("job")["spec"].get("nodeName") == "n2")
     answer = _bind(placed, created, "n2")
     assert answer.json() == {
-        "Error": "pod default/job is already bound to node n2, not by vnpu-scheduler "
+        "Error": f"pod {kube.namespace}/job is already bound to node n2, not by vnpu-scheduler "
         "(no hami.io/vgpu-node=n2)"
     }
     assert _bind(placed, created, "n1").json() == {
-        "Error": "pod default/job is already bound to node n2"
+        "Error": f"pod {kube.namespace}/job is already bound to node n2"
     }
     assert not any(
         k.startswith("hami.io/") for k in kube.pod("job")["metadata"].get("annotations") or {}

@@ -127,16 +127,18 @@ def test_per_chip_allocation_gauges(kube: Any, make: Any, scheduler: Any) -> Non
     assert "vnpu_scheduler_cache_synced 1.0" in text
 
 
-@pytest.mark.parametrize("kube", [{"event_window": 5}], indirect=True)
+@pytest.mark.parametrize("kube", [{"api_args": ("--watch-cache=false",)}], indirect=True)
 def test_relists_when_the_watch_revision_expired(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
-    """Watches end every second; with a 5-event window the next one meets 410 and re-lists."""
+    """Watches end every second; once etcd is compacted past the revision the nodes' watch
+    goes on from (and no watch cache holds it), the next one meets 410 Gone and re-lists."""
     scheduler = start_scheduler(watch_timeout=1)
     kube.add_node(make.node("n1"))
     scheduler.wait_for(lambda: scheduler.service.cache.names() == ["n1"])
-    for i in range(12):  # other writes move the revision past the window
-        kube.core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
+    for i in range(12):  # other writes move the revision on, then it is compacted away
+        kube.core.create_namespaced_config_map(kube.namespace, {"metadata": {"name": f"c{i}"}})
+    kube.plane.compact()
     scheduler.wait_for(
         lambda: (
             scheduler.sample(

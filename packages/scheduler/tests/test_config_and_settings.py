@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,14 @@ FULL = (
 )
 
 
+def _swap(path: Path, text: str) -> None:
+    """Give ``path`` new content in one step, as a ConfigMap volume does: a poll that reads
+    the file while it is being written would see a cut-off config, valid or not."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
 def _rounded(scheduler: Any, make: Any) -> str:
     review = {
         "apiVersion": "admission.k8s.io/v1",
@@ -66,10 +75,10 @@ def test_reload_takes_good_configs_and_keeps_the_last_good_one(
     path.write_text(_config(ONLY_VIR04))
     scheduler = start_scheduler(device_config=path)
     assert _rounded(scheduler, make) == "12288"
-    path.write_text(_config(FULL))
+    _swap(path, _config(FULL))
     scheduler.wait_for(lambda: _rounded(scheduler, make) == "6144")
     assert scheduler.sample("vnpu_scheduler_device_config_reloads_total", result="ok") == 2
-    path.write_text(_config("- {name: vir02, memory: lots, aiCore: 2, aiCPU: 2}\n"))
+    _swap(path, _config("- {name: vir02, memory: lots, aiCore: 2, aiCPU: 2}\n"))
     scheduler.wait_for(lambda: scheduler.sample("vnpu_scheduler_device_config_ok") == 0)
     ready = scheduler.http.get(f"{scheduler.url}/readyz")
     assert ready.status_code == 200  # still serving, with the last good config
@@ -78,7 +87,7 @@ def test_reload_takes_good_configs_and_keeps_the_last_good_one(
     assert config["last_reload_error"].startswith(f"{path}: vnpus.configs[0].templates[0].memory:")
     assert scheduler.sample("vnpu_scheduler_device_config_reloads_total", result="failed") == 1
     assert _rounded(scheduler, make) == "6144"
-    path.write_text(_config(ONLY_VIR04))
+    _swap(path, _config(ONLY_VIR04))
     scheduler.wait_for(lambda: scheduler.sample("vnpu_scheduler_device_config_ok") == 1)
     assert _rounded(scheduler, make) == "12288"
     assert (

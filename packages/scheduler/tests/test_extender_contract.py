@@ -129,7 +129,7 @@ def test_bind_writes_annotations_and_node_in_one_binding(
     pod = _cluster(kube, make)
     body = {
         "PodName": "job",
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": "n-free",
     }
@@ -153,7 +153,7 @@ def test_bind_writes_annotations_and_node_in_one_binding(
     assert notes["hami.io/vgpu-time"] == stamp
     assert notes["predicate-time"] == stamp
     lock = kube.node("n-free")["metadata"]["annotations"]["hami.io/mutex.lock"]
-    assert lock.endswith(",default,job")
+    assert lock.endswith(f",{kube.namespace},job")
     scheduler.wait_for(lambda: any(e["reason"] == "NPUAssigned" for e in kube.events("job")))
     event = next(e for e in kube.events("job") if e["reason"] == "NPUAssigned")
     assert event["type"] == "Normal"

@@ -1,9 +1,12 @@
-"""Fair sharing through the running scheduler against the API emulator: lenders first, reclaim.
+"""Fair sharing through the running scheduler against kube-apiserver: lenders first, reclaim.
 
-Three teams share two nodes of three whole Ascend310P chips (8 AI cores each). Running pods
-are created bound, as a device plugin leaves them; pending pods are filtered (and bound)
-over HTTP as kube-scheduler would; evictions go through the emulator's pods/eviction; a
-pod the emulator keeps Terminating is deleted with grace 0, as its kubelet would.
+Three teams share two nodes of three whole Ascend310P chips (8 AI cores each). Each team
+has a namespace of the test's own (``<test's namespace>-a`` for team a, where its pods
+``a-1``, ``a-2``... live). Running pods are created bound, as a device plugin leaves them,
+with their priority from a PriorityClass; pending pods are filtered (and bound) over HTTP
+as kube-scheduler would; evictions go through kube-apiserver's pods/eviction; a pod with a
+grace period stays Terminating (no kubelet confirms it) until it is deleted with grace 0,
+as its kubelet would.
 """
 
 from __future__ import annotations
@@ -23,36 +26,75 @@ Json = dict[str, Any]
 AICORE = holdings.Key(holdings.ALL_MODELS, holdings.Unit.AICORE)
 TEAMS = """\
 teams:
-  - {name: a, namespaces: [a], nominal: {aicore: 16}}
-  - {name: b, namespaces: [b], nominal: {aicore: 16}}
-  - {name: c, namespaces: [c], nominal: {aicore: 16}}
+  - {name: a, namespaces: [A], nominal: {aicore: 16}}
+  - {name: b, namespaces: [B], nominal: {aicore: 16}}
+  - {name: c, namespaces: [C], nominal: {aicore: 16}}
 """
 
 
-def _setup(kube: Any, make: Any, chips: int = 3) -> None:
+def _space(kube: Any, name: str) -> str:
+    """The namespace of team ``name[0]`` (of pod ``name``, named after its team)."""
+    space: str = kube.namespaced(name[0])
+    return space
+
+
+def _setup(kube: Any, make: Any, chips: int = 3) -> str:
+    """The teams' namespaces, the nodes and the tenants ConfigMap; its ``namespace/name``."""
+    teams = TEAMS
     for name in ("a", "b", "c"):
-        kube.core.create_namespace({"metadata": {"name": name}})
+        teams = teams.replace(f"[{name.upper()}]", f"[{kube.add_namespace(name)}]")
     for node in ("n1", "n2"):
         kube.add_node(make.node(node, chips=chips))
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": "vnpu-tenants", "namespace": "default"},
-        "data": {"tenants.yaml": TEAMS},
+        "metadata": {"name": "vnpu-tenants", "namespace": kube.namespace},
+        "data": {"tenants.yaml": teams},
     }
-    kube.core.create_namespaced_config_map("default", body)
+    kube.core.create_namespaced_config_map(kube.namespace, body)
+    return f"{kube.namespace}/vnpu-tenants"
+
+
+def _priority_class(kube: Any, value: int) -> str:
+    """A PriorityClass of ``value`` (kube-apiserver sets a pod's priority from its class)."""
+    name = f"vnpu-test-{value}"
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+    try:
+        kubernetes.client.SchedulingV1Api(kube.client).create_priority_class(body)
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    return name
 
 
 def _running(
     kube: Any, make: Any, name: str, node: str, chip: int, priority: int = 0, grace: int = 0
 ) -> None:
-    """A pod of namespace ``name[0]`` holding one whole chip of ``node``."""
+    """A pod of team ``name[0]`` holding one whole chip of ``node``."""
     devices = f"{node}-Ascend310P-{chip},Ascend310P,21527,0:;"
-    pod: Json = make.holder(name, node, devices, runtime="[]")
-    pod["metadata"]["namespace"] = name[0]
-    pod["spec"]["priority"] = priority
+    pod: Json = make.holder(name, node, devices, runtime="[]", namespace=_space(kube, name))
+    if priority:
+        pod["spec"]["priorityClassName"] = _priority_class(kube, priority)
     pod["spec"]["terminationGracePeriodSeconds"] = grace
-    kube.add_pod(pod)
+    _until(lambda: _admitted(kube, pod), f"pod {name} admitted")
+    assert kube.pod(name, _space(kube, name))["spec"].get("priority", 0) == priority
+
+
+def _admitted(kube: Any, pod: Json) -> bool:
+    """Create ``pod``; False while kube-apiserver's priority admission, which reads the
+    PriorityClasses through an informer, has not yet seen the class just made."""
+    try:
+        kube.add_pod(pod)
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status == 403 and "no PriorityClass with name" in str(exc.body):
+            return False
+        raise
+    return True
 
 
 def _until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -63,8 +105,10 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def _used(scheduler: Any, namespace: str) -> int:
-    return scheduler.service.cache.namespace_usage().get(namespace, holdings.ZERO)[AICORE]
+def _used(scheduler: Any, kube: Any, team: str) -> int:
+    usage = scheduler.service.cache.namespace_usage()
+    used: int = usage.get(_space(kube, team), holdings.ZERO)[AICORE]
+    return used
 
 
 def _filter(scheduler: Any, pod: Json) -> Json:
@@ -86,7 +130,7 @@ def _bind(scheduler: Any, pod: Json, node: str) -> None:
 def _state(kube: Any, name: str) -> str:
     """``running``, ``terminating`` or ``gone``."""
     try:
-        pod = kube.core.read_namespaced_pod(name, name[0])
+        pod = kube.core.read_namespaced_pod(name, _space(kube, name))
     except kubernetes.client.exceptions.ApiException as exc:
         if exc.status != 404:
             raise
@@ -96,22 +140,26 @@ def _state(kube: Any, name: str) -> str:
 
 def _reasons(kube: Any, name: str) -> list[str]:
     return [
-        e["message"] for e in kube.events(name, name[0]) if e["reason"] == "NPUCapacityReclaimed"
+        e["message"]
+        for e in kube.events(name, _space(kube, name))
+        if e["reason"] == "NPUCapacityReclaimed"
     ]
 
 
 def test_a_borrowing_pod_waits_while_a_lender_has_pods_pending(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
-    _setup(kube, make)
+    tenants = _setup(kube, make)
     _running(kube, make, "b-1", "n1", 0)
     _running(kube, make, "b-2", "n1", 1)  # b holds its nominal, 16 AI cores; 32 are idle
-    scheduler = start_scheduler(tenants_config="default/vnpu-tenants", reclaim=False)
-    _until(lambda: _used(scheduler, "b") == 16, "b's pods counted")
-    mine = [kube.add_pod(make.npu_pod(f"a-{i}", count=1, namespace="a")) for i in (1, 2)]
+    scheduler = start_scheduler(tenants_config=tenants, reclaim=False)
+    _until(lambda: _used(scheduler, kube, "b") == 16, "b's pods counted")
+    mine = [
+        kube.add_pod(make.npu_pod(f"a-{i}", count=1, namespace=_space(kube, "a"))) for i in (1, 2)
+    ]
     for pod in mine:
         assert _filter(scheduler, pod)["NodeNames"] == ["n1", "n2"]  # a's, not bound yet
-    extra = kube.add_pod(make.npu_pod("b-3", count=1, namespace="b"))
+    extra = kube.add_pod(make.npu_pod("b-3", count=1, namespace=_space(kube, "b")))
     answer = _filter(scheduler, extra)
     assert answer["NodeNames"] == []
     message = (
@@ -128,16 +176,16 @@ def test_a_borrowing_pod_waits_while_a_lender_has_pods_pending(
     _until(
         lambda: any(
             e["reason"] == "NPUQuotaExceeded" and message in e["message"]
-            for e in kube.events("b-3", "b")
+            for e in kube.events("b-3", _space(kube, "b"))
         ),
         "the NPUQuotaExceeded event",
     )
     # A team within its nominal is never held back by another's pending pods.
-    lender = kube.add_pod(make.npu_pod("c-1", count=1, namespace="c"))
+    lender = kube.add_pod(make.npu_pod("c-1", count=1, namespace=_space(kube, "c")))
     assert _filter(scheduler, lender)["NodeNames"] == ["n1", "n2"]
     # Once a's pods are gone (deleted here; bound works the same), c's pending pod remains.
     for pod in mine:
-        kube.core.delete_namespaced_pod(pod["metadata"]["name"], "a")
+        kube.core.delete_namespaced_pod(pod["metadata"]["name"], _space(kube, "a"))
     only_c = (
         "team b would borrow 8 aicore above its nominal 16 while team c, below its nominal, "
         "has 8 aicore pending"
@@ -146,7 +194,7 @@ def test_a_borrowing_pod_waits_while_a_lender_has_pods_pending(
         lambda: _filter(scheduler, extra)["FailedAndUnresolvableNodes"].get("n1") == only_c,
         "a's pods no longer pending",
     )
-    kube.core.delete_namespaced_pod("c-1", "c")
+    kube.core.delete_namespaced_pod("c-1", _space(kube, "c"))
     _until(lambda: _filter(scheduler, extra)["NodeNames"] == ["n1", "n2"], "b-3 may borrow")
 
 
@@ -156,7 +204,7 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     """b borrows all idle capacity (40 of 48 AI cores, nominal 16); a's two pods (its nominal)
     then wait: b's two priority-0 pods are evicted, one per node; c's pod later reclaims b's
     next lowest, which takes b to exactly its nominal; its higher-priority pods stay."""
-    _setup(kube, make)
+    tenants = _setup(kube, make)
     _running(kube, make, "b-1", "n1", 0, priority=3)
     _running(kube, make, "b-2", "n1", 1, priority=0, grace=30)  # stays Terminating
     _running(kube, make, "b-3", "n1", 2, priority=5)
@@ -164,10 +212,15 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     _running(kube, make, "b-5", "n2", 1, priority=1)
     _running(kube, make, "c-1", "n2", 2, priority=0)  # c holds 8 of its 16
     scheduler = start_scheduler(
-        tenants_config="default/vnpu-tenants", reclaim_interval=0.1, reclaim_lease_seconds=2
+        tenants_config=tenants, reclaim_interval=0.1, reclaim_lease_seconds=2
     )
-    _until(lambda: _used(scheduler, "b") == 40 and _used(scheduler, "c") == 8, "pods counted")
-    first = [kube.add_pod(make.npu_pod(f"a-{i}", count=1, namespace="a")) for i in (1, 2)]
+    _until(
+        lambda: _used(scheduler, kube, "b") == 40 and _used(scheduler, kube, "c") == 8,
+        "pods counted",
+    )
+    first = [
+        kube.add_pod(make.npu_pod(f"a-{i}", count=1, namespace=_space(kube, "a"))) for i in (1, 2)
+    ]
     for pod in first:
         answer = _filter(scheduler, pod)
         assert answer["NodeNames"] == []
@@ -177,7 +230,9 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     reclaimer = scheduler.service.reclaimer
     assert [_state(kube, n) for n in ("b-1", "b-3", "b-5", "c-1")] == ["running"] * 4
     (reason,) = _reasons(kube, "b-2")
-    assert reason.startswith("Evicted to give NPU capacity back to team a for pod a/a-")
+    assert reason.startswith(
+        f"Evicted to give NPU capacity back to team a for pod {_space(kube, 'a')}/a-"
+    )
     assert "team b borrows 24 aicore above its nominal 16; team a needs 8 aicore" in reason
     _until(lambda: len(_reasons(kube, "b-4")) == 1, "b-4's event")
     # One of a's pods takes the room b-4 left; while b-2 terminates the other still finds
@@ -189,21 +244,23 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     _until(lambda: reclaimer.rounds >= seen + 5, "five more rounds")
     assert [_state(kube, n) for n in ("b-1", "b-3", "b-5", "c-1")] == ["running"] * 4
     assert _reasons(kube, "b-2") == [reason]  # evicted once
-    kube.core.delete_namespaced_pod("b-2", "b", grace_period_seconds=0)  # its kubelet
-    _until(lambda: _used(scheduler, "b") == 24, "b-2 gone")
+    kube.core.delete_namespaced_pod("b-2", _space(kube, "b"), grace_period_seconds=0)  # kubelet
+    _until(lambda: _used(scheduler, kube, "b") == 24, "b-2 gone")
     assert _filter(scheduler, first[0])["NodeNames"] == ["n1"]
     _bind(scheduler, first[0], "n1")
-    _until(lambda: _used(scheduler, "a") == 16, "a's pods bound")
+    _until(lambda: _used(scheduler, kube, "a") == 16, "a's pods bound")
     # c, within its nominal, takes b's next lowest pod; c's pod beyond its nominal gets none.
-    second = [kube.add_pod(make.npu_pod(f"c-{i}", count=1, namespace="c")) for i in (2, 3)]
+    second = [
+        kube.add_pod(make.npu_pod(f"c-{i}", count=1, namespace=_space(kube, "c"))) for i in (2, 3)
+    ]
     for pod in second:
         assert _filter(scheduler, pod)["NodeNames"] == []
     _until(lambda: _state(kube, "b-5") == "gone", "b-5 evicted")
-    _until(lambda: _used(scheduler, "b") == 16, "b at its nominal")
+    _until(lambda: _used(scheduler, kube, "b") == 16, "b at its nominal")
     seen = reclaimer.rounds
     _until(lambda: reclaimer.rounds >= seen + 5, "five more rounds")
     assert [_state(kube, n) for n in ("b-1", "b-3")] == ["running", "running"]
-    assert _used(scheduler, "b") == 16  # never below its nominal
+    assert _used(scheduler, kube, "b") == 16  # never below its nominal
     assert _filter(scheduler, second[0])["NodeNames"] == ["n2"]
     assert scheduler.sample("vnpu_scheduler_reclaim_evictions_total", team="b") == 3.0
     assert scheduler.sample("vnpu_scheduler_reclaim_wait_seconds_count") == 3.0
@@ -215,21 +272,21 @@ def test_the_replica_whose_filters_saw_the_need_leads_the_reclaimer(
 ) -> None:
     """Every chip is held and nobody borrows, so a's pending pod (a lender's) finds no room
     and no victim: whichever replicas saw it contend for the Lease, and exactly one leads."""
-    _setup(kube, make)
-    kube.core.create_namespace({"metadata": {"name": "other"}})  # in no team
+    tenants = _setup(kube, make)
+    other = kube.add_namespace("other")  # in no team
     for name, node, chip in (("a-1", "n1", 0), ("b-1", "n1", 1), ("b-2", "n1", 2)):
         _running(kube, make, name, node, chip)
     for name, node, chip in (("c-1", "n2", 0), ("c-2", "n2", 1)):
         _running(kube, make, name, node, chip)
     devices = "n2-Ascend310P-2,Ascend310P,21527,0:;"
     outsider: Json = make.holder("o-1", "n2", devices, runtime="[]")
-    outsider["metadata"]["namespace"] = "other"
+    outsider["metadata"]["namespace"] = other
     kube.add_pod(outsider)
-    first = start_scheduler(tenants_config="default/vnpu-tenants", reclaim_interval=0.1)
-    second = start_scheduler(tenants_config="default/vnpu-tenants", reclaim_interval=0.1)
+    first = start_scheduler(tenants_config=tenants, reclaim_interval=0.1)
+    second = start_scheduler(tenants_config=tenants, reclaim_interval=0.1)
     replicas = (first, second)
     for replica in replicas:
-        _until(lambda r=replica: _used(r, "c") == 16, "the pods counted")
+        _until(lambda r=replica: _used(r, kube, "c") == 16, "the pods counted")
 
     def rounds(count: int) -> None:
         for replica in replicas:
@@ -241,7 +298,7 @@ def test_the_replica_whose_filters_saw_the_need_leads_the_reclaimer(
 
     rounds(3)
     assert leading() == []  # nothing needs room: nobody holds the Lease
-    pending = kube.add_pod(make.npu_pod("a-2", count=1, namespace="a"))
+    pending = kube.add_pod(make.npu_pod("a-2", count=1, namespace=_space(kube, "a")))
     assert _filter(second, pending)["NodeNames"] == []
     rounds(3)
     assert leading() == [second]
@@ -250,12 +307,12 @@ def test_the_replica_whose_filters_saw_the_need_leads_the_reclaimer(
     (leader_,) = leading()
     lease = kube.plain(
         kubernetes.client.CoordinationV1Api(kube.client).read_namespaced_lease(
-            "vnpu-reclaimer", "default"
+            "vnpu-reclaimer", kube.namespace
         )
     )
     assert lease["spec"]["holderIdentity"] == leader_.service.reclaimer.lease.identity
     assert all(_state(kube, n) == "running" for n in ("a-1", "b-1", "b-2", "c-1", "c-2"))
-    kube.core.delete_namespaced_pod("a-2", "a")
+    kube.core.delete_namespaced_pod("a-2", _space(kube, "a"))
     rounds(3)
     assert leading() == []  # the need is gone: the Lease is given up
 
@@ -268,8 +325,8 @@ def test_a_lease_not_renewed_is_taken_over(kube: Any, duration: int) -> None:
         return await asyncio.to_thread(call, *args)
 
     async def scenario() -> None:
-        old = leader.LeaderLease(api, run, "default", "vnpu-reclaimer", duration)
-        new = leader.LeaderLease(api, run, "default", "vnpu-reclaimer", duration)
+        old = leader.LeaderLease(api, run, kube.namespace, "vnpu-reclaimer", duration)
+        new = leader.LeaderLease(api, run, kube.namespace, "vnpu-reclaimer", duration)
         assert await old.hold()
         assert await old.hold()  # renewed
         assert not await new.hold()  # a live holder

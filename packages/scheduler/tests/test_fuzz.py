@@ -271,15 +271,6 @@ def _check(verb: str, answer: Any) -> None:
             assert wire.header_text(message) == told
 
 
-# The API emulator serving in this process names events with the global random generator;
-# Hypothesis sees that from its other thread as a strategy using ``random`` and warns.
-NOT_OURS = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies"
-    ":hypothesis.errors.HypothesisDeprecationWarning"
-)
-
-
-@NOT_OURS
 @pytest.mark.parametrize("verb", VERBS)
 def test_valid_shapes_with_wrong_typed_values(scheduler: Any, verb: str) -> None:
     until = time.monotonic() + BUDGET_SECONDS
@@ -293,7 +284,6 @@ def test_valid_shapes_with_wrong_typed_values(scheduler: Any, verb: str) -> None
     run()
 
 
-@NOT_OURS
 @pytest.mark.parametrize("verb", VERBS)
 def test_random_json_and_bytes(scheduler: Any, verb: str) -> None:
     until = time.monotonic() + BUDGET_SECONDS

@@ -28,7 +28,7 @@ def _filter(scheduler: Any, kube: Any, name: str) -> dict[str, Any]:
 
 def _bind(scheduler: Any, kube: Any, name: str, errors: list[str]) -> None:
     pod = kube.pod(name)
-    body = {"PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"]}
+    body = {"PodName": name, "PodNamespace": kube.namespace, "PodUID": pod["metadata"]["uid"]}
     errors.append(scheduler.post("bind", body | {"Node": "n1"}).json()["Error"])
 
 
@@ -39,7 +39,7 @@ def test_a_pod_filtered_while_a_bind_waits_for_the_lock_is_fitted_behind_it(
     kube.add_node(make.node("n1", WORD, chips=2))
     kube.add_pod(make.npu_pod("other", WORD, annotations={"hami.io/bind-phase": "allocating"}))
     when = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=0)
-    held = coordination.encode_lock(coordination.NodeLock(when, "default", "other"))
+    held = coordination.encode_lock(coordination.NodeLock(when, kube.namespace, "other"))
     kube.annotate_node("n1", {LOCK: held})
     for name, count in (("first", 1), ("both", 2), ("one", 1)):
         kube.add_pod(make.npu_pod(name, WORD, count=count))

@@ -34,7 +34,12 @@ def _files(tmp_path: Path, name: str, certificate: trustme.LeafCert) -> tuple[Pa
 
 def _bind_body(pod: Json, node: str) -> Json:
     meta = pod["metadata"]
-    return {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node}
+    return {
+        "PodName": meta["name"],
+        "PodNamespace": meta["namespace"],
+        "PodUID": meta["uid"],
+        "Node": node,
+    }
 
 
 def test_the_extender_listens_on_loopback_by_default() -> None:

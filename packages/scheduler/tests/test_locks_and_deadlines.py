@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +26,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from vnpu_core import coordination
-from vnpu_sandbox.apiserver import harness
 
 LOCK = "hami.io/mutex.lock"
 MERGE_PATCH = "application/merge-patch+json"
@@ -43,7 +43,7 @@ def _bind(scheduler: Any, kube: Any, name: str, node: str = "n1") -> str:
     pod = kube.pod(name)
     body = {
         "PodName": name,
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": node,
     }
@@ -67,18 +67,18 @@ def node_and_pod(kube: Any, make: Any) -> None:
 # --- locks from the future -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("owner", [("default", "done"), None])
+@pytest.mark.parametrize("owner", ["done", None])
 def test_a_lock_dated_in_the_future_is_taken_over(
     kube: Any, make: Any, start_scheduler: Any, node_and_pod: None, owner: Any
 ) -> None:
     scheduler = start_scheduler(lock_wait=5.0, lock_ttl=300.0)
     kube.add_pod(make.npu_pod("done", annotations={"hami.io/bind-phase": "success"}))
-    future = _lock(owner, ahead_seconds=3600)
+    future = _lock(None if owner is None else (kube.namespace, owner), ahead_seconds=3600)
     kube.annotate_node("n1", {LOCK: future})
     started = time.monotonic()
     assert _bind(scheduler, kube, "job") == ""
     assert time.monotonic() - started < 5.0  # no waiting out --lock-wait on a lock nobody holds
-    assert _notes(kube)[LOCK].endswith(",default,job")
+    assert _notes(kube)[LOCK].endswith(f",{kube.namespace},job")
     assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="future") == 1
     scheduler.wait_for(lambda: any(e["reason"] == "NPULockTakenOver" for e in kube.events("job")))
     event = next(e for e in kube.events("job") if e["reason"] == "NPULockTakenOver")
@@ -98,11 +98,12 @@ def test_a_future_lock_of_a_pod_still_waiting_for_allocate_is_kept(
     """Its date is wrong, but its owner may still be served: never hand its chips on (#3096)."""
     scheduler = start_scheduler(lock_wait=0.3)
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
-    future = _lock(("default", "other"), ahead_seconds=3600)
+    future = _lock((kube.namespace, "other"), ahead_seconds=3600)
     kube.annotate_node("n1", {LOCK: future})
     error = _bind(scheduler, kube, "job")
     assert error.startswith(
-        "node n1 is locked by pod default/other, still waiting for Allocate (its lock is dated 3"
+        f"node n1 is locked by pod {kube.namespace}/other, still waiting for Allocate "
+        "(its lock is dated 3"
     )
     assert "s in the future)" in error
     assert _notes(kube)[LOCK] == future
@@ -115,9 +116,10 @@ def test_a_lock_slightly_ahead_is_a_fresh_lock(
     """Within the clock-skew allowance the lock is read as just taken: it is waited for."""
     scheduler = start_scheduler(lock_wait=0.3, lock_clock_skew=30.0)
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "success"}))
-    ahead = _lock(("default", "other"), ahead_seconds=10)
+    ahead = _lock((kube.namespace, "other"), ahead_seconds=10)
     kube.annotate_node("n1", {LOCK: ahead})
-    assert _bind(scheduler, kube, "job").startswith("node n1 is locked by pod default/other")
+    error = _bind(scheduler, kube, "job")
+    assert error.startswith(f"node n1 is locked by pod {kube.namespace}/other")
     assert _notes(kube)[LOCK] == ahead
     assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="future") == 0
 
@@ -127,14 +129,17 @@ def test_a_lock_slightly_ahead_is_a_fresh_lock(
 
 @dataclass
 class SlowApi:
-    """A TCP proxy in front of the API emulator that swallows or delays chosen requests.
+    """A proxy in front of kube-apiserver that swallows or delays chosen requests.
 
-    ``swallow`` (a path fragment): such a request is read and never forwarded. ``late`` (a
-    path fragment): such a request is forwarded at once and its answer held back
-    ``late_seconds``. Everything else (watches included) flows through unchanged.
+    Its clients speak plain HTTP to it; it speaks TLS to ``upstream`` with ``tls`` (the
+    admin's client certificate), so what it forwards is the admin's. ``swallow`` (a path
+    fragment): such a request is read and never forwarded. ``late`` (a path fragment): such
+    a request is forwarded at once and its answer held back ``late_seconds``. Everything
+    else (watches included) flows through unchanged.
     """
 
     upstream: str
+    tls: ssl.SSLContext
     swallow: str = ""
     late: str = ""
     late_seconds: float = 5.0
@@ -143,18 +148,22 @@ class SlowApi:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         parts = urlsplit(self.upstream)
-        up_reader, up_writer = await asyncio.open_connection(parts.hostname, parts.port)
+        upstream: asyncio.StreamWriter | None = None
+        answers: asyncio.Task[None] | None = None
         hold = asyncio.Event()
         hold.set()
 
-        async def down() -> None:
+        async def down(up_reader: asyncio.StreamReader) -> None:
             while data := await up_reader.read(65536):
                 await hold.wait()
                 writer.write(data)
                 await writer.drain()
 
-        answers = asyncio.get_running_loop().create_task(down())
         try:
+            up_reader, upstream = await asyncio.open_connection(
+                parts.hostname, parts.port, ssl=self.tls
+            )
+            answers = asyncio.get_running_loop().create_task(down(up_reader))
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 line = head.split(b"\r\n", 1)[0].decode()
@@ -171,16 +180,19 @@ class SlowApi:
                 if self.late and self.late in path:
                     hold.clear()
                     asyncio.get_running_loop().call_later(self.late_seconds, hold.set)
-                up_writer.write(head + body)
-                await up_writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+                upstream.write(head + body)
+                await upstream.drain()
+        except (asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
+            pass  # the client or kube-apiserver hung up, or the proxy is stopping
         finally:
-            answers.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                await answers
-            for stream in (writer, up_writer):
-                stream.close()
+            if answers is not None:
+                answers.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await answers
+            if upstream is not None:
+                # At once, without TLS's goodbye, which would outlive the proxy's event loop.
+                upstream.transport.abort()
+            writer.close()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[str]:
@@ -214,11 +226,13 @@ class SlowApi:
 
 
 @pytest.fixture
-def slow_api(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+def slow_api(
+    kube: Any, write_kubeconfig: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Any]:
     """``kube`` behind a ``SlowApi`` (parametrize indirectly with its fields); its kubeconfig."""
-    proxy = SlowApi(kube.url, **getattr(request, "param", {}))
+    proxy = SlowApi(kube.url, kube.plane.tls, **getattr(request, "param", {}))
     with proxy.running() as url:
-        yield proxy, harness.write_kubeconfig(tmp_path / "slow-kubeconfig", url)
+        yield proxy, write_kubeconfig(tmp_path / "slow-kubeconfig", url, kube.namespace)
 
 
 @pytest.mark.parametrize("slow_api", [{"swallow": "/binding"}], indirect=True)
@@ -231,7 +245,7 @@ def test_a_binding_the_api_never_answers_is_rolled_back_at_the_deadline(
     error = _bind(scheduler, kube, "job")
     took = time.monotonic() - started
     assert error == (
-        "bind of pod default/job to node n1 did not finish in time (--bind-timeout 3 s); "
+        f"bind of pod {kube.namespace}/job to node n1 did not finish in time (--bind-timeout 3 s); "
         "nothing was bound; the node lock it took was released"
     )
     # Its work stopped at 1 s and it answered by its deadline; with none it would never answer.
@@ -259,7 +273,7 @@ def test_a_binding_answered_late_is_a_success_when_it_landed(
     pod = kube.pod("job")
     assert pod["spec"]["nodeName"] == "n1"
     assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
-    assert _notes(kube)[LOCK].endswith(",default,job")  # kept for the device plugin
+    assert _notes(kube)[LOCK].endswith(f",{kube.namespace},job")  # kept for the device plugin
 
 
 def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
@@ -269,7 +283,7 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     scheduler = start_scheduler(bind_timeout=3.0, lock_wait=0.7)
     kube.add_node(make.node("n1"))
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
-    held = _lock(("default", "other"), ahead_seconds=0)
+    held = _lock((kube.namespace, "other"), ahead_seconds=0)
     kube.annotate_node("n1", {LOCK: held})
     for name in ("a", "b", "c"):
         kube.add_pod(make.npu_pod(name, memory=4000))
@@ -283,7 +297,7 @@ def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
         results = list(pool.map(timed, ("a", "b", "c")))
     for error, took in results:
         assert took < 3.0 + 2.0, (error, took)
-        assert error.startswith("node n1 is locked by pod default/other") or error == (
+        assert error.startswith(f"node n1 is locked by pod {kube.namespace}/other") or error == (
             f"bind of pod {error.split()[3]} to node n1 did not finish in time "
             "(--bind-timeout 3 s); nothing was bound"
         ), error
@@ -303,7 +317,7 @@ def test_a_bind_waiting_for_a_lock_reads_the_watchs_copy_of_a_busy_node(
     scheduler = start_scheduler(kubeconfig=kubeconfig, lock_wait=20.0)
     kube.add_node(make.node("n1"))
     kube.add_pod(make.npu_pod("other", annotations={"hami.io/bind-phase": "allocating"}))
-    kube.annotate_node("n1", {LOCK: _lock(("default", "other"), ahead_seconds=0)})
+    kube.annotate_node("n1", {LOCK: _lock((kube.namespace, "other"), ahead_seconds=0)})
     kube.add_pod(make.npu_pod("job", memory=4000))
     answers: list[str] = []
     waiting = threading.Thread(target=lambda: answers.append(_bind(scheduler, kube, "job")))

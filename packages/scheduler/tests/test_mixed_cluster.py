@@ -129,7 +129,8 @@ def test_vnpu_request(kube: Any, make: Any, mixed: Any) -> None:
         "Ascend310P: node shares chips in soft mode (hami-core); hard vNPU vir02 is not created there"
     )
     assert final["badpod"].startswith(
-        "chip usage unknown: pod default/broken has an unreadable hami.io/Ascend310P-devices-allocated"
+        f"chip usage unknown: pod {kube.namespace}/broken has an unreadable "
+        "hami.io/Ascend310P-devices-allocated"
     )
     assert final["hami"] == "Ascend310P: node has no Ascend310P chip (it has: Ascend910B3)"
     assert mixed.sample("vnpu_scheduler_filter_outcomes_total", reason="node-unavailable") == 4
@@ -204,7 +205,7 @@ def test_hami_registered_node_takes_pods(kube: Any, make: Any, mixed: Any) -> No
         "bind",
         {
             "PodName": "b3",
-            "PodNamespace": "default",
+            "PodNamespace": kube.namespace,
             "PodUID": created["metadata"]["uid"],
             "Node": "hami",
         },

@@ -113,7 +113,7 @@ def test_binding_memory_zero_without_the_webhook_takes_a_whole_chip_and_says_so(
     pod = kube.add_pod(make.npu_pod("job", memory=0))
     body = {
         "PodName": "job",
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": "n1",
     }
@@ -137,7 +137,7 @@ def test_a_blank_uuid_list_does_not_filter_out_every_chip(
     pod = kube.add_pod(make.npu_pod("job", memory=3000, annotations=annotations))
     body = {
         "PodName": "job",
-        "PodNamespace": "default",
+        "PodNamespace": kube.namespace,
         "PodUID": pod["metadata"]["uid"],
         "Node": "n1",
     }

@@ -1,8 +1,9 @@
-"""NPU quotas through the running scheduler against the API emulator: filter, bind, admission.
+"""NPU quotas through the running scheduler against kube-apiserver: filter, bind, admission.
 
 ResourceQuotas and the tenants ConfigMap are created through the API as an operator would;
 the scheduler reads them by list+watch and polling. Two scheduler processes binding at once
-never take a namespace past its quota.
+never take a namespace past its quota. The namespaces the quotas and teams are about are the
+test's own extra ones (``Kube.add_namespace``), so their names carry the test's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def _quota(kube: Any, namespace: str, hard: dict[str, str], name: str = "npu") -
     kube.core.create_namespaced_resource_quota(namespace, body)
 
 
-def _namespace(kube: Any, name: str) -> None:
-    kube.core.create_namespace({"metadata": {"name": name}})
+def _namespace(kube: Any, suffix: str) -> str:
+    name: str = kube.add_namespace(suffix)
+    return name
 
 
 def _holder(make: Any, name: str, namespace: str, devices: str, runtime: str) -> Json:
@@ -55,48 +57,48 @@ def _filter(scheduler: Any, pod: Json, nodes: list[str]) -> Json:
 def test_a_pod_over_its_namespace_quota_is_refused_naming_the_quota(
     kube: Any, make: Any, scheduler: Any
 ) -> None:
-    _namespace(kube, "team-a")
+    team = _namespace(kube, "team-a")
     kube.add_node(make.node("n1", chips=4))
     devices, runtime = _vir02(0)
-    kube.add_pod(_holder(make, "running", "team-a", devices, runtime))
-    _quota(kube, "team-a", {MEMORY: "16384"})
+    kube.add_pod(_holder(make, "running", team, devices, runtime))
+    _quota(kube, team, {MEMORY: "16384"})
 
     def counted() -> bool:
-        usage = scheduler.service.cache.namespace_usage().get("team-a", holdings.ZERO)
-        return scheduler.service.quotas.book.limited("team-a") and bool(usage)
+        usage = scheduler.service.cache.namespace_usage().get(team, holdings.ZERO)
+        return scheduler.service.quotas.book.limited(team) and bool(usage)
 
     scheduler.wait_for(counted)
-    fits = make.npu_pod("fits", count=1, memory=6000, namespace="team-a")
+    fits = make.npu_pod("fits", count=1, memory=6000, namespace=team)
     assert _filter(scheduler, fits, ["n1"])["NodeNames"] == ["n1"]  # 6144 + 6144 <= 16384
-    big = make.npu_pod("big", count=1, memory=12000, namespace="team-a")
+    big = make.npu_pod("big", count=1, memory=12000, namespace=team)
     answer = _filter(scheduler, big, ["n1"])
     assert answer["NodeNames"] == []
     message = answer["FailedAndUnresolvableNodes"]["n1"]
     assert message == (
-        "quota team-a/npu limits.huawei.com/Ascend310P-memory: "
+        f"quota {team}/npu limits.huawei.com/Ascend310P-memory: "
         "used 6144 + asked 12288 > limit 16384 MiB"
     )
     # Another namespace is not limited by it.
     other = make.npu_pod("other", count=1, memory=12000)
     assert _filter(scheduler, other, ["n1"])["NodeNames"] == ["n1"]
     text = scheduler.http.get(f"{scheduler.url}/metrics").text
-    labels = f'namespace="team-a",quota="team-a/npu",resource="{MEMORY}"'
+    labels = f'namespace="{team}",quota="{team}/npu",resource="{MEMORY}"'
     assert f"vnpu_scheduler_quota_limit{{{labels}}} 16384.0" in text
     assert f"vnpu_scheduler_quota_used{{{labels}}} 6144.0" in text
     assert 'vnpu_scheduler_quota_refusals_total{rule="resource-quota",verb="filter"} 1.0' in text
 
 
 def test_a_multi_chip_pod_counts_memory_times_chips(kube: Any, make: Any, scheduler: Any) -> None:
-    _namespace(kube, "train")
+    train = _namespace(kube, "train")
     kube.add_node(make.node("n1", chips=8, word="Ascend910B3"))
     model = catalog.BUILTIN.by_common_word("Ascend910B3")
     assert model is not None
     per_chip = model.memory_allocatable_mib
-    _quota(kube, "train", {"limits.huawei.com/Ascend910B3-memory": str(3 * per_chip)})
-    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited("train"))
-    two = make.npu_pod("two", "Ascend910B3", count=2, namespace="train")
+    _quota(kube, train, {"limits.huawei.com/Ascend910B3-memory": str(3 * per_chip)})
+    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited(train))
+    two = make.npu_pod("two", "Ascend910B3", count=2, namespace=train)
     assert _filter(scheduler, two, ["n1"])["NodeNames"] == ["n1"]
-    four = make.npu_pod("four", "Ascend910B3", count=4, namespace="train")
+    four = make.npu_pod("four", "Ascend910B3", count=4, namespace=train)
     message = _filter(scheduler, four, ["n1"])["FailedAndUnresolvableNodes"]["n1"]
     assert f"used 0 + asked {4 * per_chip} > limit {3 * per_chip} MiB" in message
 
@@ -104,14 +106,14 @@ def test_a_multi_chip_pod_counts_memory_times_chips(kube: Any, make: Any, schedu
 def test_the_webhook_denies_a_request_that_alone_exceeds_the_quota(
     kube: Any, make: Any, scheduler: Any
 ) -> None:
-    _namespace(kube, "small")
-    _quota(kube, "small", {"limits.vnpu.io/aicore": "4"})
-    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited("small"))
-    pod = make.pod("greedy", count=2, namespace="small")  # two whole 310P chips: 16 AI cores
+    small = _namespace(kube, "small")
+    _quota(kube, small, {"limits.vnpu.io/aicore": "4"})
+    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited(small))
+    pod = make.pod("greedy", count=2, namespace=small)  # two whole 310P chips: 16 AI cores
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
-        "request": {"uid": "u1", "operation": "CREATE", "namespace": "small", "object": pod},
+        "request": {"uid": "u1", "operation": "CREATE", "namespace": small, "object": pod},
     }
     answer = scheduler.post("validate", review).json()["response"]
     assert answer["allowed"] is False
@@ -119,7 +121,7 @@ def test_the_webhook_denies_a_request_that_alone_exceeds_the_quota(
     assert (
         "limits.vnpu.io/aicore: used 0 + asked 16 > limit 4 AI cores" in answer["status"]["message"]
     )
-    fine = make.pod("fine", count=1, memory=3000, namespace="small")  # vir01: 1 AI core
+    fine = make.pod("fine", count=1, memory=3000, namespace=small)  # vir01: 1 AI core
     review["request"]["object"] = fine
     assert scheduler.post("validate", review).json()["response"]["allowed"] is True
 
@@ -127,13 +129,13 @@ def test_the_webhook_denies_a_request_that_alone_exceeds_the_quota(
 def test_an_unreadable_quota_holds_its_namespace_back_and_nothing_else(
     kube: Any, make: Any, scheduler: Any
 ) -> None:
-    _namespace(kube, "typo")
+    typo = _namespace(kube, "typo")
     kube.add_node(make.node("n1", chips=2))
-    _quota(kube, "typo", {"limits.vnpu.io/aicores": "4"})  # no such unit
-    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited("typo"))
-    pod = make.npu_pod("p", count=1, memory=3000, namespace="typo")
+    _quota(kube, typo, {"limits.vnpu.io/aicores": "4"})  # no such unit
+    scheduler.wait_for(lambda: scheduler.service.quotas.book.limited(typo))
+    pod = make.npu_pod("p", count=1, memory=3000, namespace=typo)
     message = _filter(scheduler, pod, ["n1"])["FailedAndUnresolvableNodes"]["n1"]
-    assert "quota typo/npu cannot be read" in message
+    assert f"quota {typo}/npu cannot be read" in message
     assert 'spec.hard["limits.vnpu.io/aicores"]' in message
     assert _filter(scheduler, make.npu_pod("q", count=1, memory=3000), ["n1"])["NodeNames"] == [
         "n1"
@@ -141,55 +143,61 @@ def test_an_unreadable_quota_holds_its_namespace_back_and_nothing_else(
     assert scheduler.http.get(f"{scheduler.url}/readyz").status_code == 200
 
 
-def _tenants(kube: Any, text: str) -> None:
+def _tenants(kube: Any, text: str) -> str:
+    """Write the tenants ConfigMap to the test's namespace; its ``namespace/name``."""
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": "vnpu-tenants", "namespace": "default"},
+        "metadata": {"name": "vnpu-tenants", "namespace": kube.namespace},
         "data": {"tenants.yaml": text},
     }
     try:
-        kube.core.create_namespaced_config_map("default", body)
+        kube.core.create_namespaced_config_map(kube.namespace, body)
     except kubernetes.client.exceptions.ApiException:
-        kube.core.replace_namespaced_config_map("vnpu-tenants", "default", body)
+        kube.core.replace_namespaced_config_map("vnpu-tenants", kube.namespace, body)
+    return f"{kube.namespace}/vnpu-tenants"
 
 
 TEAMS = """\
 teams:
   - name: vision
-    namespaces: [vision]
+    namespaces: [VISION]
     weight: 1
     nominal: {aicore: 8}
     borrowingLimit: {aicore: 8}
   - name: speech
-    namespaces: [speech]
+    namespaces: [SPEECH]
     weight: 1
     nominal: {aicore: 8}
 """
 
 
+def _teams(kube: Any) -> str:
+    """``TEAMS`` with the test's namespaces for the two teams."""
+    text = TEAMS.replace("VISION", kube.namespaced("vision"))
+    return text.replace("SPEECH", kube.namespaced("speech"))
+
+
 def test_teams_borrow_idle_capacity_up_to_their_limit(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
-    for name in ("vision", "speech"):
-        _namespace(kube, name)
+    vision, speech = _namespace(kube, "vision"), _namespace(kube, "speech")
     kube.add_node(make.node("n1", chips=4))
-    _tenants(kube, TEAMS)
-    scheduler = start_scheduler(tenants_config="default/vnpu-tenants")
-    assert scheduler.service.quotas.book.teams.team_of("vision") is not None
-    whole = make.npu_pod("whole", count=1, namespace="vision")  # 8 AI cores: its nominal
+    scheduler = start_scheduler(tenants_config=_tenants(kube, _teams(kube)))
+    assert scheduler.service.quotas.book.teams.team_of(vision) is not None
+    whole = make.npu_pod("whole", count=1, namespace=vision)  # 8 AI cores: its nominal
     assert _filter(scheduler, whole, ["n1"])["NodeNames"] == ["n1"]
     # vision holds one whole chip; a second borrows speech's idle nominal: allowed.
-    kube.add_pod(_holder(make, "held", "vision", "n1-Ascend310P-0,Ascend310P,21527,0:;", "[]"))
-    scheduler.wait_for(lambda: bool(scheduler.service.cache.namespace_usage().get("vision")))
+    kube.add_pod(_holder(make, "held", vision, "n1-Ascend310P-0,Ascend310P,21527,0:;", "[]"))
+    scheduler.wait_for(lambda: bool(scheduler.service.cache.namespace_usage().get(vision)))
     assert _filter(scheduler, whole, ["n1"])["NodeNames"] == ["n1"]
     # Beyond nominal + borrowingLimit (16): refused by the team limit.
-    three = make.npu_pod("three", count=2, namespace="vision")
+    three = make.npu_pod("three", count=2, namespace=vision)
     message = _filter(scheduler, three, ["n1"])["FailedAndUnresolvableNodes"]["n1"]
     assert "team vision aicore: used 8 + asked 16 > limit 16 AI cores" in message
     # speech uses its nominal: nothing idle is left to lend.
-    kube.add_pod(_holder(make, "sp", "speech", "n1-Ascend310P-1,Ascend310P,21527,0:;", "[]"))
-    scheduler.wait_for(lambda: bool(scheduler.service.cache.namespace_usage().get("speech")))
+    kube.add_pod(_holder(make, "sp", speech, "n1-Ascend310P-1,Ascend310P,21527,0:;", "[]"))
+    scheduler.wait_for(lambda: bool(scheduler.service.cache.namespace_usage().get(speech)))
     message = _filter(scheduler, whole, ["n1"])["FailedAndUnresolvableNodes"]["n1"]
     assert "borrows idle capacity only" in message
     text = scheduler.http.get(f"{scheduler.url}/metrics").text
@@ -200,15 +208,18 @@ def test_teams_borrow_idle_capacity_up_to_their_limit(
     assert 'vnpu_scheduler_team_weight{team="vision"} 1.0' in text
     # vision holds 8 of the cohort's 16 nominal AI cores, at weight 1.
     assert 'vnpu_scheduler_team_dominant_share{team="vision"} 0.5' in text
-    assert 'vnpu_scheduler_namespace_aicore_seconds_total{namespace="vision",team="vision"}' in text
+    assert (
+        f'vnpu_scheduler_namespace_aicore_seconds_total{{namespace="{vision}",team="vision"}}'
+        in text
+    )
 
 
 def test_a_bad_tenants_edit_keeps_the_last_good_teams(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:
-    _tenants(kube, TEAMS)
-    scheduler = start_scheduler(tenants_config="default/vnpu-tenants")
-    _tenants(kube, TEAMS.replace("weight: 1\n    nominal: {aicore: 8}\n", "weight: -1\n", 1))
+    scheduler = start_scheduler(tenants_config=_tenants(kube, _teams(kube)))
+    bad = _teams(kube).replace("weight: 1\n    nominal: {aicore: 8}\n", "weight: -1\n", 1)
+    _tenants(kube, bad)
 
     def rejected() -> bool:
         return bool(scheduler.service.quotas.book.tenants_status.error)
@@ -216,7 +227,9 @@ def test_a_bad_tenants_edit_keeps_the_last_good_teams(
     scheduler.wait_for(rejected)
     status = scheduler.service.quotas.book.tenants_status
     assert "weight" in status.error
-    assert scheduler.service.quotas.book.teams.team_of("vision") is not None  # kept
+    assert (
+        scheduler.service.quotas.book.teams.team_of(kube.namespaced("vision")) is not None
+    )  # kept
     ready = scheduler.http.get(f"{scheduler.url}/readyz").json()
     assert "weight" in ready["quotas"]["last_tenants_error"]
     assert (
@@ -248,19 +261,19 @@ def test_two_replicas_binding_at_once_never_pass_the_quota(
 ) -> None:
     """40 pods of vir02 (6144 MiB) in a namespace whose quota holds 10 of them, bound by two
     scheduler processes at once on six roomy nodes: exactly 10 are bound."""
-    _namespace(kube, "busy")
+    busy = _namespace(kube, "busy")
     nodes = [f"node-{i}" for i in range(6)]
     for name in nodes:
         kube.add_node(make.node(name, chips=8))
-    _quota(kube, "busy", {MEMORY: str(10 * 6144)})
+    _quota(kube, busy, {MEMORY: str(10 * 6144)})
     created = [
-        kube.add_pod(make.npu_pod(f"job-{i:02d}", count=1, memory=6000, namespace="busy"))
+        kube.add_pod(make.npu_pod(f"job-{i:02d}", count=1, memory=6000, namespace=busy))
         for i in range(40)
     ]
     with httpx.Client() as client:
         for url in replicas:  # both have seen the quota before the first filter
             tries = 0
-            while "busy/npu" not in client.get(f"{url}/metrics").text:
+            while f"{busy}/npu" not in client.get(f"{url}/metrics").text:
                 tries += 1
                 assert tries < 200, "the quota never reached a replica"
                 time.sleep(0.05)
@@ -273,7 +286,7 @@ def test_two_replicas_binding_at_once_never_pass_the_quota(
         placed = list(pool.map(run, range(len(created))))
     bound = [p for p in placed if p]
     assert len(bound) == 10
-    pods = kube.core.list_namespaced_pod("busy").items
+    pods = kube.core.list_namespaced_pod(busy).items
     on_nodes = [p for p in pods if p.spec.node_name]
     assert len(on_nodes) == 10
     memory = 0
@@ -286,10 +299,10 @@ def test_two_replicas_binding_at_once_never_pass_the_quota(
 
 @pytest.mark.parametrize("replicas", [["--no-quotas"]], indirect=True)
 def test_quotas_can_be_turned_off(kube: Any, make: Any, replicas: list[str]) -> None:
-    _namespace(kube, "free")
+    free = _namespace(kube, "free")
     kube.add_node(make.node("n1", chips=2))
-    _quota(kube, "free", {MEMORY: "1"})
-    pod = kube.add_pod(make.npu_pod("p", count=1, memory=3000, namespace="free"))
+    _quota(kube, free, {MEMORY: "1"})
+    pod = kube.add_pod(make.npu_pod("p", count=1, memory=3000, namespace=free))
     with httpx.Client() as client:
         answer = client.post(f"{replicas[0]}/filter", json={"Pod": pod, "NodeNames": ["n1"]})
         assert answer.json()["NodeNames"] == ["n1"]

@@ -1,9 +1,12 @@
-"""The admission webhook over TLS, called by the API emulator's admission path on pod CREATE."""
+"""The admission webhook over TLS, called by kube-apiserver's admission chain on pod CREATE."""
 
 from __future__ import annotations
 
 import base64
 import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +43,48 @@ def _configuration(kind: str, name: str, url: str, ca_pem: bytes) -> Json:
     }
 
 
+@dataclass
+class Webhooked:
+    """The scheduler serving both webhook configurations, once kube-apiserver calls them."""
+
+    scheduler: Any
+    before: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def count(self, verb: str, outcome: str) -> float:
+        """Requests of ``verb`` the scheduler answered with ``outcome``."""
+        found = self.scheduler.sample("vnpu_scheduler_requests_total", verb=verb, outcome=outcome)
+        return float(found)
+
+    def calls(self, verb: str, outcome: str) -> float:
+        """Those since both configurations took effect."""
+        return self.count(verb, outcome) - self.before.get((verb, outcome), 0.0)
+
+
+def _in_effect(kube: Any, make: Any, hooked: Webhooked) -> tuple[bool, bool]:
+    """Whether a pod CREATE goes through the mutating and the validating webhook. kube-
+    apiserver reads webhook configurations through informers, so one made (or deleted) a
+    moment ago may not be called (or still be); a dry run asks without storing anything."""
+    validated = hooked.count("validate", "ok")
+    probe = make.pod("probe", memory=4000)
+    stored = kube.core.create_namespaced_pod(kube.namespace, probe, dry_run="All")
+    mutated = stored.spec.scheduler_name == "vnpu-scheduler"
+    return mutated, hooked.count("validate", "ok") > validated
+
+
+def _until_in_effect(kube: Any, make: Any, hooked: Webhooked, wanted: bool) -> None:
+    """Wait until both webhooks are called (``wanted``) or neither is."""
+    what = "came into effect" if wanted else "went out of effect"
+    deadline = time.monotonic() + 10
+    while _in_effect(kube, make, hooked) != (wanted, wanted):
+        assert time.monotonic() < deadline, f"the webhook configurations never {what}"
+        time.sleep(0.02)
+
+
 @pytest.fixture
-def webhooked(kube: Any, start_scheduler: Any, tmp_path: Path) -> Any:
+def webhooked(kube: Any, make: Any, start_scheduler: Any, tmp_path: Path) -> Iterator[Webhooked]:
+    """A scheduler whose webhooks kube-apiserver calls on pod CREATE. When the test ends
+    they are taken out of effect before the scheduler stops, so no later test's pod meets a
+    configuration pointing at a scheduler that is gone."""
     authority = trustme.CA()
     certificate = authority.issue_cert("127.0.0.1")
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
@@ -58,7 +101,17 @@ def webhooked(kube: Any, start_scheduler: Any, tmp_path: Path) -> Any:
     admission.create_validating_webhook_configuration(
         _configuration("ValidatingWebhookConfiguration", "vnpu-validate", f"{secure}/validate", ca)
     )
-    return scheduler
+    hooked = Webhooked(scheduler)
+    _until_in_effect(kube, make, hooked, True)
+    hooked.before = {
+        (verb, outcome): hooked.count(verb, outcome)
+        for verb in ("mutate", "validate")
+        for outcome in ("ok", "denied")
+    }
+    yield hooked
+    admission.delete_mutating_webhook_configuration("vnpu-mutate")
+    admission.delete_validating_webhook_configuration("vnpu-validate")
+    _until_in_effect(kube, make, hooked, False)
 
 
 def _limits(pod: Json) -> Json:
@@ -78,8 +131,8 @@ def test_rounds_memory_and_routes_to_the_scheduler(kube: Any, make: Any, webhook
     whole = kube.add_pod(make.pod("whole", count=2))
     assert _limits(whole)["huawei.com/Ascend310P-memory"] == "21527"
     assert whole["spec"]["schedulerName"] == "vnpu-scheduler"
-    assert webhooked.sample("vnpu_scheduler_requests_total", verb="mutate", outcome="ok") == 2
-    assert webhooked.sample("vnpu_scheduler_requests_total", verb="validate", outcome="ok") == 2
+    assert webhooked.calls("mutate", "ok") == 2
+    assert webhooked.calls("validate", "ok") == 2
 
 
 def test_rounded_pod_is_left_alone_the_second_time(kube: Any, make: Any, webhooked: Any) -> None:
@@ -136,7 +189,7 @@ def test_binary_units_and_fractions_are_denied_as_the_api_stored_them(
         "admission webhook \"vnpu-mutate.vnpu.io\" denied the request: container 'main': "
         f"huawei.com/Ascend310P-memory={seen}: write MiB as a plain integer, e.g. 4096"
     )
-    assert kube.core.list_namespaced_pod("default").items == []
+    assert kube.core.list_namespaced_pod(kube.namespace).items == []
 
 
 @pytest.mark.parametrize(
@@ -173,8 +226,8 @@ def test_denies_with_the_container_resource_and_value(
     assert status["reason"] == "BadRequest"
     prefix = 'admission webhook "vnpu-mutate.vnpu.io" denied the request: '
     assert status["message"].startswith(prefix + message)
-    assert kube.core.list_namespaced_pod("default").items == []
-    assert webhooked.sample("vnpu_scheduler_requests_total", verb="mutate", outcome="denied") == 1
+    assert kube.core.list_namespaced_pod(kube.namespace).items == []
+    assert webhooked.calls("mutate", "denied") == 1
 
 
 def test_patch_for_init_and_regular_containers(scheduler: Any) -> None:
