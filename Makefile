@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin kwok-bin clean
 
 all: test
 
@@ -48,7 +48,9 @@ typecheck: install
 imports: install
 	$(BIN)/lint-imports
 
-unit: install
+# The tests run against the real kube-apiserver (one per session, a namespace per test) and
+# the sandbox's real control plane: both are built on first use (k8s-bin).
+unit: install k8s-bin
 	$(BIN)/pytest -q
 
 test: lint typecheck imports unit
@@ -56,7 +58,7 @@ test: lint typecheck imports unit
 # A fresh sandbox in .sandbox/ on the example cluster (the one a previous demo left running is
 # stopped first), then the scenario; the sandbox keeps running (docs/sandbox.md).
 DEMO_DIR := .sandbox
-demo: $(RUNTIME_STAMP)
+demo: $(RUNTIME_STAMP) k8s-bin
 	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
 	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR)
 	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --manifests examples/demo
@@ -80,10 +82,17 @@ chart: $(CHART_STAMP)
 	@$(BIN)/python scripts/render_chart.py $(foreach v,$(VALUES),--values $(v)) $(if $(OUT),--output $(OUT))
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, pinned, built with
-# `go` into ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/k8s/<version>/ (once per machine); with them
-# `make test` also runs tests/e2e_real (docs/real-control-plane.md).
+# `go` into ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/k8s/<version>/ once per machine (about 12
+# minutes on two cores; the script prints its progress and the time it took), then found there
+# in no time (docs/real-control-plane.md).
 k8s-bin:
 	bash scripts/k8s-bin.sh
+
+# KWOK (sigs.k8s.io/kwok, pinned), built with `go` into
+# ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/kwok/<version>/ (once per machine), for
+# benchmarks/bench_scale.py's fake nodes (docs/benchmarks.md).
+kwok-bin:
+	bash scripts/kwok-bin.sh
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:
