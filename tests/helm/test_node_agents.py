@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import pytest
 
 from vnpu_core import protocol
 from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_sandbox.platform import components
 
 NODE = "npu-1"
 SIM = "/var/lib/vnpu/sim-node"
@@ -35,13 +35,6 @@ VALUES = {
     "exporter": {"backend": "sim", "simDir": SIM},
 }
 Json = dict[str, Any]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _mapping(manifests, spec: Json, container: Json, host: Path, tmp: Path) -> dict[str, Path]:
@@ -110,7 +103,7 @@ def node_agents(
     def start(container_name: str, port_flag: str) -> int:
         spec, container = manifests.container(container_name)
         mapping = _mapping(manifests, spec, container, host, tmp_path)
-        port = _free_port()
+        (port,) = components.free_ports(1)
         command = [*_command(container, mapping, port_flag, port), f"--kubeconfig={kubeconfig}"]
         log = (tmp_path / f"{container_name}.log").open("w")
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -38,19 +37,12 @@ import pytest
 import yaml
 
 from vnpu_core import coordination, protocol
-from vnpu_sandbox.platform import apiplane
+from vnpu_sandbox.platform import apiplane, components
 
 SERVICE_HOST = "vnpu-scheduler.kube-system.svc"
 SYSTEM = "kube-system"
 NOT_READY = "node.kubernetes.io/not-ready"
 Json = dict[str, Any]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _node(name: str) -> Json:
@@ -196,7 +188,7 @@ def _running(
             data = manifests.get("Secret", volume["secret"]["secretName"])["data"]
             for key, text in data.items():
                 (target / key).write_bytes(base64.b64decode(text))
-    http_port, webhook_port, metrics_port = _free_port(), _free_port(), _free_port()
+    http_port, webhook_port, metrics_port = components.free_ports(3)
     args: list[str] = []
     rendered_port = None
     rendered_host = None

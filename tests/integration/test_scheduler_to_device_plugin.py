@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
 from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
+from vnpu_sandbox.platform import components
 
 NODE = "npu-node-1"
 CW = "Ascend310P"
@@ -47,12 +47,6 @@ def _wait(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Cluster:
@@ -173,7 +167,7 @@ def cluster(kube_namespace: Any) -> Iterator[Cluster]:
         )
     )
     device_plugin.start()
-    port = _free_port()
+    (port,) = components.free_ports(1)
     log = (root / "scheduler.log").open("w")
     scheduler = subprocess.Popen(
         [

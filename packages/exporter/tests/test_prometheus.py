@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import dashboards, grafana
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
+from vnpu_sandbox.platform import components
 
 pytestmark = pytest.mark.needs_prometheus
 
@@ -47,12 +47,6 @@ ML = "prometheus-ml"
 CAPPED = "prometheus-capped"
 """``capped`` above: a namespace whose ResourceQuota has no room for its pod."""
 NOT_READY = "node.kubernetes.io/not-ready"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
@@ -242,7 +236,8 @@ def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
         (sim / "chips.yaml").write_text("chip: 310P3\nchips: 4\nseed: n1\n")
         sim_backend.SimBackend(sim)  # makes the node's state, as the simulator's ``init`` does
         control.inject_fault(sim, 3, codes=[0x80E18405])  # sub-health: usable, with an active code
-        ports = {name: _free_port() for name in ("exporter", "plugin", "scheduler", "prometheus")}
+        names = ("exporter", "plugin", "scheduler", "prometheus")
+        ports = dict(zip(names, components.free_ports(len(names)), strict=True))
         platform = Platform(root, core, ports)
         config = kubelet.KubeletConfig(
             nodestatus.NodeIdentity(NODE),

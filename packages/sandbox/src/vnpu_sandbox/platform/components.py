@@ -116,6 +116,16 @@ class PortPicker:
         self._held.clear()
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports from one ``PortPicker``, for a test or a benchmark that
+    starts its own listeners at once."""
+    pick = PortPicker()
+    try:
+        return [pick() for _ in range(count)]
+    finally:
+        pick.close()
+
+
 def choose_ports(
     nodes: Sequence[clusterfile.NodeSpec],
     pick: PortPicker,
