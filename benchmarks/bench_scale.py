@@ -61,6 +61,7 @@ DEFAULT_TIMEOUT = 900.0
 CREATE_THREADS = 16
 BIND_PHASE, SUCCESS = protocol.BIND_PHASE_KEY, protocol.BindPhase.SUCCESS.value
 PROGRESS_SECONDS = 15.0
+IDLE_SECONDS = 10.0
 
 
 def log(text: str) -> None:
@@ -423,6 +424,9 @@ def run_pods(
     vnpu_before = cluster.metrics("vnpu-scheduler") if mode == "classic" else ""
     kube_before = cluster.metrics("kube-scheduler")
     pids = cluster.pids()
+    idle = scale_cluster.cpu_seconds(pids)
+    time.sleep(IDLE_SECONDS)  # what the cluster costs with no pod coming: leases, heartbeats
+    idle = {n: v - idle.get(n, 0.0) for n, v in scale_cluster.cpu_seconds(pids).items()}
     load_before = os.getloadavg()
     cpu_before = scale_cluster.cpu_seconds(pids)
     machine_before = scale_cluster.machine_cpu_seconds()
@@ -485,6 +489,7 @@ def run_pods(
         "cpu_ms_per_pod": round(1000 * sum(cpu.values()) / len(running)) if running else None,
         # everything else on the machine (other users' work, the kernel, steal), in cores
         "other_cores_busy": round(max(machine - sum(cpu.values()), 0) / window, 2),
+        "idle_cores_busy": round(sum(idle.values()) / IDLE_SECONDS, 2),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "watch_restarts": watch.restarts,
@@ -540,7 +545,11 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
     lines.append("\nCPU seconds over each run:\n")
     for r in rows:
         spent = ", ".join(f"{name} {seconds:g}" for name, seconds in r["cpu_seconds"].items())
-        lines.append(f"- {r['mode']}: {spent}")
+        lines.append(
+            f"- {r['mode']}: {spent}; with no pod coming the cluster used "
+            f"{r['idle_cores_busy']} cores; the rest of the machine used "
+            f"{r['other_cores_busy']} during the run"
+        )
     lines.append("\n```json")
     lines.extend(json.dumps(r) for r in rows)
     lines.append("```")

@@ -68,6 +68,8 @@ has no rate limiter; its ``--api-threads`` bound how many calls run at once."""
 VNPU_API_THREADS = 32
 HANDSHAKE_SECONDS = 30.0
 """How often vnpu's device plugin renews its handshake (its ``--report-interval``)."""
+NODE_LEASE_SECONDS = 40
+"""A kubelet's default Lease duration; the holder renews it every quarter of that."""
 MERGE = "application/merge-patch+json"
 MODES = ("plain", "classic")
 
@@ -427,6 +429,9 @@ class Cluster:
             "--enable-crds=Stage",
             f"--server-address={components.LOOPBACK}:{self.kwok_port}",
             f"--node-ip={components.LOOPBACK}",
+            # Leases renewed every 10 s, as a kubelet does (KWOK keeps none unless told); the
+            # node-heartbeat-with-lease stage refreshes the conditions only every ten minutes
+            f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
         )
         return components.Component("kwok", argv, components.url(self.kwok_port, "/healthz"))
 

@@ -235,6 +235,9 @@ def test_the_reclaimer_takes_back_only_borrowed_capacity_lowest_priority_first(
     )
     assert "team b borrows 24 aicore above its nominal 16; team a needs 8 aicore" in reason
     _until(lambda: len(_reasons(kube, "b-4")) == 1, "b-4's event")
+    # The API has b-4 gone; the filter answers from the scheduler's cache, which learns it
+    # from its watch a moment later (b-2, terminating, still counts: 40 - 8).
+    _until(lambda: _used(scheduler, kube, "b") == 32, "b-4 gone from the scheduler's cache")
     # One of a's pods takes the room b-4 left; while b-2 terminates the other still finds
     # no room, yet nothing more is evicted for it.
     assert _filter(scheduler, first[1])["NodeNames"] == ["n2"]
