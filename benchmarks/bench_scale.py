@@ -59,6 +59,7 @@ DEFAULT_NODES = 100
 DEFAULT_RATE = 200.0
 DEFAULT_TIMEOUT = 900.0
 CREATE_THREADS = 16
+CREATE_TRIES = 4
 BIND_PHASE, SUCCESS = protocol.BIND_PHASE_KEY, protocol.BindPhase.SUCCESS.value
 PROGRESS_SECONDS = 15.0
 IDLE_SECONDS = 10.0
@@ -239,18 +240,38 @@ def create_pods(
     rate: float,
     body: Callable[[str], Json],
     sent: dict[str, float],
-) -> tuple[float, list[str]]:
-    """Create the pods ``rate`` a second; ``sent`` gets the time each request went out."""
+    failures: list[str],
+) -> tuple[float, int]:
+    """Create the pods ``rate`` a second; ``sent`` gets the time each first request went out.
+
+    A create the API refuses for a reason retrying can fix (a 5xx, a 429, a webhook that did not
+    answer, a connection error) is sent again after a pause, up to ``CREATE_TRIES`` times, as
+    a workload controller would; one that still fails goes to ``failures``. Returns the seconds
+    the creates took and how many were sent again."""
     core = kubernetes.client.CoreV1Api(api)
-    failures: list[str] = []
+    retries = 0
 
     def create(name: str) -> None:
+        nonlocal retries
         sent[name] = time.monotonic()
-        try:
-            answer = core.create_namespaced_pod(NAMESPACE, body(name), _preload_content=False)
-            scale_cluster._done(answer)
-        except Exception as exc:  # counted; the run goes on without the pod
-            failures.append(f"{name}: {exc}")
+        for attempt in range(1, CREATE_TRIES + 1):
+            try:
+                answer = core.create_namespaced_pod(NAMESPACE, body(name), _preload_content=False)
+                scale_cluster._done(answer)
+                return
+            except kubernetes.client.exceptions.ApiException as exc:
+                if exc.status == 409:  # an earlier try landed after all
+                    return
+                last = f"{exc.status} {exc.reason}: {str(exc.body)[:300]}"
+                if exc.status not in (429, 500, 502, 503, 504) or attempt == CREATE_TRIES:
+                    break
+            except urllib3.exceptions.HTTPError as exc:
+                last = repr(exc)
+                if attempt == CREATE_TRIES:
+                    break
+            retries += 1
+            time.sleep(0.5 * attempt)
+        failures.append(f"{name}: {last}")
 
     began = time.monotonic()
     with ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="create") as pool:
@@ -259,7 +280,7 @@ def create_pods(
             if pause > 0:
                 time.sleep(pause)
             pool.submit(create, name)
-    return time.monotonic() - began, failures
+    return time.monotonic() - began, retries
 
 
 # -- numbers -----------------------------------------------------------------------------------
@@ -433,14 +454,17 @@ def run_pods(
     log(f"{mode}: creating {len(names)} pods at {args.rate:g}/s (load {load_before[0]:.1f})")
     began = time.monotonic()
     created: list[Any] = []
+    failures: list[str] = []
     creator = threading.Thread(
-        target=lambda: created.extend(create_pods(api, names, args.rate, body, watch.created)),
+        target=lambda: created.extend(
+            create_pods(api, names, args.rate, body, watch.created, failures)
+        ),
         daemon=True,
     )
     creator.start()
     deadline = began + args.timeout
     shown = began
-    while len(watch.running) < len(names) and time.monotonic() < deadline:
+    while len(watch.running) + len(failures) < len(names) and time.monotonic() < deadline:
         time.sleep(0.25)
         if time.monotonic() - shown >= PROGRESS_SECONDS:
             shown = time.monotonic()
@@ -458,7 +482,9 @@ def run_pods(
     vnpu_after = cluster.metrics("vnpu-scheduler") if mode == "classic" else ""
     running = sorted(watch.running.values())
     # to the last pod Running, or to the timeout when some never ran
-    seconds = running[-1] - began if len(running) == len(names) else window
+    seconds = (
+        running[-1] - began if running and len(running) + len(failures) == len(names) else window
+    )
     cpu = {n: round(cpu_after[n] - cpu_before.get(n, 0.0), 1) for n in cpu_after}
     lasting = [t - watch.created[n] for n, t in watch.running.items() if n in watch.created]
     middle = running[len(running) // 10 : max(len(running) * 9 // 10, 1)]
@@ -468,7 +494,9 @@ def run_pods(
         "bound": len(watch.bound),
         "rate": args.rate,
         "create_seconds": round(created[0], 1) if created else None,
-        "create_failures": len(created[1]) if created else None,
+        "create_retries": created[1] if created else None,
+        "create_failures": len(failures),
+        "create_failure_examples": failures[:3],
         "seconds": round(seconds, 1),
         "pods_per_second": round(len(running) / seconds, 1) if seconds > 0 else None,
         "bound_per_second": round(len(watch.bound) / (max(watch.bound.values()) - began), 1)
@@ -548,7 +576,8 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
         lines.append(
             f"- {r['mode']}: {spent}; with no pod coming the cluster used "
             f"{r['idle_cores_busy']} cores; the rest of the machine used "
-            f"{r['other_cores_busy']} during the run"
+            f"{r['other_cores_busy']} during the run; creates sent again "
+            f"{r['create_retries']}, refused for good {r['create_failures']}"
         )
     lines.append("\n```json")
     lines.extend(json.dumps(r) for r in rows)

@@ -205,3 +205,73 @@ def test_each_kubelet_may_change_only_its_own_node(sandbox: Any) -> None:
         duo.run(["get", "secrets", "-n", "kube-system"])
     leases = sandbox.ctl.items(["get", "leases", "-n", "kube-node-lease"])
     assert {lease["metadata"]["name"] for lease in leases} >= {"duo", "a2", "soft"}
+
+
+def test_the_charts_admission_policies_refuse_what_would_skip_the_scheduler(sandbox: Any) -> None:
+    """``up --rbac`` applied the chart's ValidatingAdmissionPolicies: kube-apiserver itself
+    refuses an NPU pod that presets its node, skips the webhook and brings its own decision,
+    and a rewrite of a running pod's decision, whoever asks but vnpu's own services (the
+    sandbox's admin too); a controller's pods are judged by their template."""
+    attack = f"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: forged
+  namespace: default
+  labels: {{hami.io/webhook: ignore}}
+  annotations: {{{protocol.allocated_key("Ascend310P")}: "chip-0,Ascend310P,3072,1:;"}}
+spec:
+  nodeName: duo
+  containers:
+    - {{name: c, image: registry.invalid/x:1, resources: {{limits: {{huawei.com/Ascend310P: 1}}}}}}
+"""
+    with pytest.raises(kubectl.KubectlError) as refused:
+        sandbox.ctl.run(["create", "-f", str(sandbox.write(attack))])
+    assert "ValidatingAdmissionPolicy 'vnpu-" in str(refused.value)
+
+    held = (
+        DEPLOYMENT.replace("ocr", "held")
+        .replace("docs", "held")
+        .replace("replicas: 2", "replicas: 1")
+    )
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(held))])
+    phases = sandbox.wait_for(lambda: _running(sandbox, "held", "app=held", 1), "a held pod", 90)
+    (name,) = phases
+    # The device plugin answered the scheduler's decision (both are vnpu's: allowed).
+    annotations = sandbox.pods("held")[name]["metadata"]["annotations"]
+    assert annotations[protocol.BIND_PHASE_KEY] == "success"
+    with pytest.raises(kubectl.KubectlError) as refused:
+        sandbox.ctl.run(
+            [
+                "annotate",
+                "pod",
+                "-n",
+                "held",
+                name,
+                "--overwrite",
+                f"{protocol.BIND_PHASE_KEY}=failed",
+            ]
+        )
+    assert "ValidatingAdmissionPolicy 'vnpu-decision-annotations'" in str(refused.value)
+    assert f"metadata.annotations[{protocol.BIND_PHASE_KEY}]: failed is refused" in str(
+        refused.value
+    )
+
+    # A decision in a Deployment's pod template: the ReplicaSet controller is refused and says so.
+    template = held.replace("name: held, namespace: held", "name: templated, namespace: held")
+    template = template.replace(
+        "metadata: {labels: {app: held}}",
+        f"metadata: {{labels: {{app: templated}}, annotations: {{{protocol.VGPU_NODE_KEY}: duo}}}}",
+    ).replace("app: held", "app: templated")
+
+    def failed_create() -> str:
+        events = sandbox.ctl.items(["get", "events", "-n", "held"])
+        found = [e["message"] for e in events if e.get("reason") == "FailedCreate"]
+        return found[-1] if found else ""
+
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(template))])
+    message = sandbox.wait_for(failed_create, "the ReplicaSet controller refused", 60)
+    assert f"metadata.annotations[{protocol.VGPU_NODE_KEY}]: duo is refused" in message
+    assert "pod template of its controller" in message
+    assert set(_phases(sandbox, "held", "app=templated")) == set()
+    sandbox.ctl.run(["delete", "namespace", "held", "--wait=false"])

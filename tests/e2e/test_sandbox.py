@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from vnpu_core import granted, protocol
-from vnpu_sandbox.platform import layout, processes
+from vnpu_sandbox.platform import kubectl, layout, processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PROMETHEUS = True
@@ -292,11 +292,13 @@ spec:
 
 
 def test_clearing_ones_own_decision_frees_no_chip(sandbox: Any) -> None:
-    """A tenant wipes its running pod's decision annotations: its chips stay counted.
+    """A running pod's decision annotations are wiped: its chips stay counted.
 
-    The scheduler counts what the node's device plugin reports it granted
-    (``vnpu.io/granted-Ascend910B3``), so the next pod is not placed on those chips, and
-    the disagreement shows in ``vnpu_scheduler_grant_mismatches``.
+    kube-apiserver refuses the wipe from a tenant (the chart's admission policy, which the
+    sandbox applies); should the annotations go anyway (the policies turned off, a tool with
+    one of vnpu's identities), the scheduler still counts what the node's device plugin
+    reports it granted (``vnpu.io/granted-Ascend910B3``), so the next pod is not placed on
+    those chips, and the disagreement shows in ``vnpu_scheduler_grant_mismatches``.
     """
     sandbox.apply(WHOLE_NODE)
     pods = sandbox.wait_for(lambda: _running(sandbox, {"holder"}), "holder Running", 60)
@@ -316,7 +318,12 @@ def test_clearing_ones_own_decision_frees_no_chip(sandbox: Any) -> None:
         if k.startswith(("hami.io/", "huawei.com/"))
     ]
     assert protocol.allocated_key("Ascend910B3") in decision
-    sandbox.ctl.run(["annotate", "pod", "holder", *(f"{k}-" for k in decision)])
+    wipe = ["annotate", "pod", "holder", *(f"{k}-" for k in decision)]
+    with pytest.raises(kubectl.KubectlError) as refused:
+        sandbox.ctl.run(wipe)
+    assert "ValidatingAdmissionPolicy 'vnpu-decision-annotations'" in str(refused.value)
+    assert "may not be removed" in str(refused.value)
+    sandbox.as_identity("vnpu-device-plugin").run(wipe)
     series = 'vnpu_scheduler_grant_mismatches{reason="annotation_missing"}'
     sandbox.wait_for(lambda: _scheduler_metric(sandbox, series) == 1.0, "the mismatch counted", 30)
 

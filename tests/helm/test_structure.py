@@ -25,6 +25,8 @@ KNOWN = {
     "RoleBinding": "rbac.authorization.k8s.io/v1",
     "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
     "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
+    "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
+    "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1",
     "PodDisruptionBudget": "policy/v1",
     "RuntimeClass": "node.k8s.io/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
@@ -37,6 +39,8 @@ CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "RuntimeClass",
 }
 # Roles Kubernetes itself provides, which the chart binds without creating them.

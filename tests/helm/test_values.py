@@ -34,7 +34,15 @@ BAD_VALUES = [
     ({"scheduler": {"config": {"policy": "first-fit"}}}, "/scheduler/config/policy"),
     ({"scheduler": {"config": {"bindAttempts": 0}}}, "/scheduler/config/bindAttempts"),
     ({"scheduler": {"extender": {"weight": 0}}}, "/scheduler/extender/weight"),
-    ({"scheduler": {"webhook": {"failurePolicy": "Retry"}}}, "/scheduler/webhook/failurePolicy"),
+    # The webhook always fails closed: the old Ignore is no longer a value.
+    ({"scheduler": {"webhook": {"failurePolicy": "Ignore"}}}, "failurePolicy"),
+    ({"admissionPolicy": {"validationActions": ["Block"]}}, "/admissionPolicy/validationActions/0"),
+    ({"admissionPolicy": {"validationActions": []}}, "/admissionPolicy/validationActions"),
+    ({"admissionPolicy": {"trustedUsers": [""]}}, "/admissionPolicy/trustedUsers/0"),
+    (
+        {"admissionPolicy": {"ignoreLabelNamespaces": ["Team_A"]}},
+        "/admissionPolicy/ignoreLabelNamespaces/0",
+    ),
     ({"scheduler": {"webhook": {"tls": {"mode": "vault"}}}}, "/scheduler/webhook/tls/mode"),
     (
         {"scheduler": {"kubeScheduler": {"image": {"tag": "v1.24.9"}}}},
@@ -241,8 +249,15 @@ def test_each_component_is_gated_by_its_enabled_value():
         {"scheduler": {"replicas": 2, "webhook": {"tls": {"mode": "certManager"}}}},
         {"exporter": {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}}},
         {"scheduler": {"extender": {"tls": {"enabled": True}}}},
+        {
+            "admissionPolicy": {
+                "validationActions": ["Warn", "Audit"],
+                "trustedUsers": ["system:serviceaccount:kube-system:hami-scheduler"],
+                "ignoreLabelNamespaces": ["legacy"],
+            }
+        },
     ],
-    ids=["default", "volcano", "ha-cert-manager", "monitoring", "extender-mtls"],
+    ids=["default", "volcano", "ha-cert-manager", "monitoring", "extender-mtls", "admission"],
 )
 def test_lint_is_clean(values):
     report = helm.lint(CHART, values, strict=True, namespace="kube-system", kube_version="v1.31.0")

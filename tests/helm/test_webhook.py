@@ -62,7 +62,11 @@ def test_webhooks_call_the_scheduler_service(default):
         ]
         assert hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"]
-        assert hook["failurePolicy"] == "Ignore"
+        # NPU pods only, and closed: while the webhook is down an NPU pod is refused (its
+        # controller retries) instead of being created unrounded for the default scheduler.
+        assert hook["failurePolicy"] == "Fail"
+        assert [c["name"] for c in hook["matchConditions"]] == ["npu-pod"]
+        assert "r.startsWith('huawei.com/')" in hook["matchConditions"][0]["expression"]
         assert hook["namespaceSelector"]["matchExpressions"] == [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
         ]
@@ -76,7 +80,6 @@ def test_webhook_values(render):
         {
             "scheduler": {
                 "webhook": {
-                    "failurePolicy": "Fail",
                     "timeoutSeconds": 5,
                     "excludeNamespaces": ["kube-system", "monitoring"],
                     "ignoreLabel": "vnpu.io/webhook",
@@ -85,7 +88,6 @@ def test_webhook_values(render):
         }
     )
     for hook in webhooks(manifests):
-        assert hook["failurePolicy"] == "Fail"
         assert hook["timeoutSeconds"] == 5
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
             "kube-system",

@@ -213,7 +213,7 @@ def test_policy_flag_changes_placement(files: tuple[str, str]) -> None:
         (
             "nodes:\n  - {name: a, chip: 310P3, chips: 2}\nnodes: []\n",
             WORKLOAD,
-            "cluster.yaml: line 3, column 1: YAML syntax error: while reading a mapping, key 'nodes' is given twice (got 'nodes: []')",
+            "cluster.yaml: line 3, column 1: YAML syntax error: key 'nodes' is given twice (got 'nodes: []')",
         ),
         (
             "nodes: [{name: a, chip: 310P3, chips: 2}]\n---\nnodes: []\n",

@@ -180,9 +180,16 @@ def _builtin(word: str) -> catalog.ChipModel:
     return model
 
 
+class _WrittenOut(yaml.SafeDumper):
+    """Writes a value given twice out twice: the loader refuses anchors and aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _doc(*entries: dict[str, Any], legacy: bool = False, **wrapper: Any) -> str:
     vnpus: Any = list(entries) if legacy else {**wrapper, "configs": list(entries)}
-    return yaml.safe_dump({"vnpus": vnpus}, sort_keys=False)
+    return yaml.dump({"vnpus": vnpus}, Dumper=_WrittenOut, sort_keys=False)
 
 
 def _media(media: catalog.Media) -> dict[str, int]:
@@ -714,7 +721,8 @@ ERROR_CASES: list[tuple[str, str, str, object, str]] = [
     ("yaml-bad-indent", "vnpus:\n  configs:\n - commonWord: Ascend310P\n", "(document)", " - commonWord: Ascend310P", "line 3, column 2"),
     ("yaml-duplicate-key", "vnpus:\n  configs:\n  - commonWord: Ascend310P\n    aiCore: 8\n    aiCore: 4\n", "(document)", "    aiCore: 4", "line 5, column 5: key 'aiCore' is given twice"),
     ("yaml-control-character", "vnpus:\n  a: b\x07\n", "(document)", "  a: b\x07", "line 2, column 7: U+0007 is not allowed"),
-    ("yaml-too-deep", "vnpus: " + "[" * 3000 + "]" * 3000 + "\n", "(document)", "", "nested too deeply"),
+    ("yaml-anchor", "vnpus: &v []\n", "(document)", "vnpus: &v []", "YAML anchor &v refused at line 1, column 8: anchors (&name) and aliases (*name) are not allowed"),
+    ("yaml-too-deep", "vnpus: " + "[" * 3000 + "]" * 3000 + "\n", "(document)", "vnpus: " + "[" * 193, "YAML nested too deeply at line 1, column 71: more than 64 levels"),
 ]
 # fmt: on
 
@@ -740,7 +748,8 @@ def test_invalid_documents_fail_at_the_exact_path_with_the_value(
 def test_a_syntax_error_keeps_the_yaml_error_as_its_cause() -> None:
     with pytest.raises(errors.ConfigError) as caught:
         deviceconfig.load("vnpus: [\n")
-    assert isinstance(caught.value.__cause__, yaml.YAMLError)
+    assert isinstance(caught.value.__cause__, errors.DocumentError)
+    assert isinstance(caught.value.__cause__.__cause__, yaml.YAMLError)
 
 
 def test_a_failed_load_leaves_nothing_behind() -> None:

@@ -114,6 +114,7 @@ def team(extra: str) -> str:
         ),
         ("teams: [\n", "line 2, column 1", "", "YAML syntax error"),
         ("teams: []\nteams: []\n", "line 2, column 1", "teams: []", "given twice"),
+        ("teams: *t\n", "line 1, column 8", "teams: *t", "YAML alias *t refused: anchors"),
     ],
 )
 def test_bad_configs_name_the_path_and_value(

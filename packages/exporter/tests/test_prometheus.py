@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,18 @@ class Platform:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
+
+    def dump_stacks(self) -> None:
+        """Ask every vnpu service still running for its threads' stacks (SIGUSR1,
+        ``vnpu_service.logs``); each writes them to its log before this returns."""
+        for name, process in self.processes.items():
+            log = self.root / f"{name}.log"
+            if name == "prometheus" or process.poll() is not None:
+                continue
+            process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 5
+            while "most recent call first" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     def logs(self) -> str:
         return "\n".join(
@@ -397,6 +410,7 @@ def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
                 )
                 yield platform
             except BaseException:
+                platform.dump_stacks()
                 print(platform.logs())
                 raise
             finally:

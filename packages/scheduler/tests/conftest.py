@@ -561,3 +561,28 @@ def replicas(kube: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+LaunchReplica = Callable[..., tuple[subprocess.Popen[bytes], str]]
+
+
+@pytest.fixture
+def launch_replica(tmp_path: Path) -> Iterator[LaunchReplica]:
+    """Start a scheduler process (``start_replica``: kubeconfig, log, flags) and wait until it
+    listens; its process and URL. Each is stopped after the test (a test may kill it first)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def launch(kubeconfig: Path, log: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+        process = start_replica(kubeconfig, log, *flags)
+        started.append(process)
+        return process, replica_url(process, log)
+
+    yield launch
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

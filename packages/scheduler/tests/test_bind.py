@@ -83,6 +83,7 @@ def test_a_fresh_lock_of_a_live_pod_is_never_taken(
     ("owner", "age", "why"),
     [
         ("gone", 0, "owner_gone"),  # owner pod deleted: taken at once (as HAMi)
+        ("elsewhere", 0, "owner_elsewhere"),  # owner bound to n2, waiting for Allocate there
         ("done", 600, "expired"),  # expired and Allocate finished
         ("running", 600, "expired"),  # bind-phase never updated, but it runs
         (None, 600, "expired"),  # owner-less (Volcano) and expired
@@ -103,6 +104,9 @@ def test_takes_over_locks_nobody_needs(
     kube.core.patch_namespaced_pod_status(
         "running", kube.namespace, {"status": {"phase": "Running"}}, _content_type=MERGE_PATCH
     )
+    elsewhere = make.holder("elsewhere", "n2", "n2-Ascend310P-0,Ascend310P,3072,0:;")
+    elsewhere["metadata"]["annotations"]["hami.io/bind-phase"] = "allocating"
+    kube.add_pod(elsewhere)
     kube.annotate_node("n1", {LOCK: _lock(None if owner is None else (kube.namespace, owner), age)})
     assert _bind(scheduler, kube, "job", "n1") == ""
     assert kube.node("n1")["metadata"]["annotations"][LOCK].endswith(f",{kube.namespace},job")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -94,6 +95,53 @@ def test_reload_takes_good_configs_and_keeps_the_last_good_one(
         scheduler.http.get(f"{scheduler.url}/readyz").json()["device_config"]["last_reload_error"]
         == ""
     )
+
+
+# A "billion laughs" document in the device config's place: 376 bytes, 10**9 strings expanded.
+BOMB = """\
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g,*g]
+vnpus: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+def test_an_alias_bomb_is_rejected_shown_and_later_reloads_still_load(
+    start_scheduler: Any, make: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "device-config.yaml"
+    path.write_text(_config(ONLY_VIR04))
+    scheduler = start_scheduler(device_config=path)
+    readyz = f"{scheduler.url}/readyz"
+    good = scheduler.http.get(readyz).json()["device_config"]["digest"]
+    _swap(path, BOMB)
+    scheduler.wait_for(lambda: scheduler.sample("vnpu_scheduler_device_config_ok") == 0)
+    ready = scheduler.http.get(readyz)
+    assert ready.status_code == 200  # a good config is in use: still ready
+    config = ready.json()["device_config"]
+    assert config["loaded"] is True
+    assert config["digest"] == good
+    assert config["source_rejected"] is True
+    assert config["rejected_digest"] == hashlib.sha256(BOMB.encode()).hexdigest()[:12]
+    assert config["last_reload_error"].startswith(
+        f"{path}: (document): YAML anchor &a refused at line 1, column 4: anchors (&name) and "
+        "aliases (*name) are not allowed"
+    )
+    assert _rounded(scheduler, make) == "12288"  # the last good config still serves
+    assert scheduler.sample("vnpu_scheduler_device_config_reloads_total", result="failed") == 1
+    _swap(path, _config(FULL))
+    scheduler.wait_for(lambda: _rounded(scheduler, make) == "6144")
+    config = scheduler.http.get(readyz).json()["device_config"]
+    assert (config["source_rejected"], config["last_reload_error"]) == (False, "")
+    assert config["digest"] == hashlib.sha256(_config(FULL).encode()).hexdigest()[:12]
+    assert scheduler.sample("vnpu_scheduler_device_config_ok") == 1
+    assert scheduler.sample("vnpu_scheduler_device_config_reloads_total", result="ok") == 2
+    assert scheduler.sample("vnpu_scheduler_device_config_reloads_total", result="failed") == 1
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:

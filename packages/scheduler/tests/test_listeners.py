@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import fastapi
 import httpx
 import pytest
 import trustme
 
-from vnpu_scheduler import settings
+from vnpu_scheduler import server, settings
 
 LOCK = "hami.io/mutex.lock"
 Json = dict[str, Any]
@@ -174,3 +175,22 @@ def test_mutual_tls_lets_the_extender_listen_on_a_public_address(tmp_path: Path)
     assert opened.host == "0.0.0.0"
     with pytest.raises(ValueError, match="extender_client_ca are given together"):
         settings.Settings(host="0.0.0.0", extender_tls_cert=cert, extender_tls_key=key)
+
+
+def test_every_listener_outlasts_go_clients_idle_connections(tmp_path: Path) -> None:
+    """Go's HTTP clients (kube-apiserver calling the webhook, kube-scheduler the extender) keep
+    an idle connection 90 s and do not resend a POST the server closed under them: every
+    listener keeps idle connections longer, so the client always closes first."""
+    authority = trustme.CA()
+    cert, key = _files(tmp_path, "server", authority.issue_cert("vnpu-scheduler"))
+    config = settings.Settings(
+        port=0, webhook_port=0, metrics_port=0, tls_cert=cert, tls_key=key, quotas=False
+    )
+    bound = server.listeners(fastapi.FastAPI(), config)
+    try:
+        assert len(bound.servers) == 3  # extender, webhook, metrics
+        for listener, _ in bound.servers:
+            assert listener.config.timeout_keep_alive > 90
+    finally:
+        for _, sock in bound.servers:
+            sock.close()

@@ -5,13 +5,18 @@ blocks a node: it counts as expired, so it is taken over unless its owner still 
 Allocate, and the take-over is logged, counted and put in an event. Every bind answers
 within ``--bind-timeout``, its rollback included: the API is reached through a real TCP
 proxy that swallows the Binding, or answers it late, and binds queue behind a lock that is
-never released. What a bind wrote is rolled back unless its Binding landed.
+never released. What a bind wrote is rolled back unless its Binding landed, and no write
+of a bind is sent after its deadline. A bind abandoned between its lock and its Binding (its
+replica killed with SIGKILL, or a lock written as such a replica leaves it) frees its node
+--bind-timeout after the lock appeared, never before, and never while its pod is bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import ssl
 import threading
 import time
@@ -23,9 +28,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from vnpu_core import coordination
+from vnpu_scheduler import cluster
+from vnpu_service import kubeapi
 
 LOCK = "hami.io/mutex.lock"
 MERGE_PATCH = "application/merge-patch+json"
@@ -334,3 +342,189 @@ def test_a_bind_waiting_for_a_lock_reads_the_watchs_copy_of_a_busy_node(
     assert answers == [""]
     # Fallback reads only (at most every 2 s once backed off), not one per change.
     assert reads <= 3, reads
+
+
+# --- abandoned binds: a replica that died between its lock and its Binding -----------------------
+
+
+def _bind_until_bound(scheduler: Any, kube: Any, name: str) -> tuple[list[str], float]:
+    """Bind ``name`` until a bind succeeds: the refusals before, and when it succeeded."""
+    refused: list[str] = []
+
+    def bound() -> bool:
+        error = _bind(scheduler, kube, name)
+        if error:
+            refused.append(error)
+        return not error
+
+    scheduler.wait_for(bound, timeout=25.0)
+    return refused, time.monotonic()
+
+
+@pytest.mark.parametrize("scheduler_started", ["before the lock", "after the lock"])
+def test_the_lock_of_an_abandoned_bind_is_taken_over_after_bind_timeout(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None, scheduler_started: str
+) -> None:
+    """The lock a dead replica left: its pod exists, unbound, and the lock is dated 20 s ago,
+    older than --bind-timeout (by its writer's clock). It is taken over --bind-timeout after
+    the scheduler first saw it (the watch, or its first list), not at --lock-ttl, not before."""
+    options = {"bind_timeout": 6.0, "lock_wait": 1.0, "lock_ttl": 300.0}
+    kube.add_pod(make.npu_pod("crashed", memory=4000))
+    held = _lock((kube.namespace, "crashed"), ahead_seconds=-20)
+    if scheduler_started == "before the lock":
+        scheduler = start_scheduler(**options)
+        seen_from = time.monotonic()
+        kube.annotate_node("n1", {LOCK: held})
+    else:
+        kube.annotate_node("n1", {LOCK: held})
+        seen_from = time.monotonic()
+        scheduler = start_scheduler(**options)
+    refused, bound_at = _bind_until_bound(scheduler, kube, "job")
+    assert bound_at - seen_from >= 6.0  # never while the dead bind could still be running
+    assert refused, "the first bind came within --bind-timeout and must have been refused"
+    assert refused[0].startswith(
+        f"node n1 is locked by pod {kube.namespace}/crashed, not bound yet (waited "
+    )
+    waiting = "its bind may still be running; if the pod stays unbound the lock is taken over in "
+    assert waiting in refused[0]
+    assert _notes(kube)[LOCK].endswith(f",{kube.namespace},job")
+    assert kube.pod("job")["spec"]["nodeName"] == "n1"
+    assert not kube.pod("crashed")["spec"].get("nodeName")
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="bind_abandoned") == 1
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="expired") == 0
+    scheduler.wait_for(lambda: any(e["reason"] == "NPULockTakenOver" for e in kube.events("job")))
+    event = next(e for e in kube.events("job") if e["reason"] == "NPULockTakenOver")
+    assert event["message"].startswith(
+        f"node n1: took over {LOCK}={held}: its owner pod is not bound and the bind that took "
+        "the lock has ended (the lock was seen for "
+    )
+    assert event["message"].endswith("more than --bind-timeout 6 s)")
+
+
+def test_a_lock_dated_before_bind_timeout_and_the_clock_skew_is_taken_at_once(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None
+) -> None:
+    """Even by a clock as wrong as --lock-clock-skew allows, that bind has ended: a replica
+    that starts after the crash need not wait --bind-timeout more."""
+    scheduler = start_scheduler(bind_timeout=6.0, lock_wait=1.0, lock_clock_skew=30.0)
+    kube.add_pod(make.npu_pod("crashed", memory=4000))
+    held = _lock((kube.namespace, "crashed"), ahead_seconds=-60)
+    kube.annotate_node("n1", {LOCK: held})
+    assert _bind(scheduler, kube, "job") == ""  # within --lock-wait 1 s: no waiting 6 s
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="bind_abandoned") == 1
+    scheduler.wait_for(lambda: any(e["reason"] == "NPULockTakenOver" for e in kube.events("job")))
+    event = next(e for e in kube.events("job") if e["reason"] == "NPULockTakenOver")
+    assert re.search(
+        r"\(the lock is dated 6[0-9] s ago, more than --bind-timeout 6 s plus the allowed clock "
+        r"skew of 30 s\)$",
+        event["message"],
+    ), event["message"]
+
+
+@pytest.mark.parametrize("phase", ["allocating", "success"])
+def test_the_lock_of_a_bound_pod_outlasts_bind_timeout(
+    kube: Any, make: Any, start_scheduler: Any, node_and_pod: None, phase: str
+) -> None:
+    """Its owner is bound to the node: bound but not yet allocated, the device plugin still
+    finds the pod by this lock, so it is never taken over as abandoned, however long it has
+    been seen or however old its date (200 s: past --bind-timeout and the clock skew), only
+    by the --lock-ttl rules."""
+    scheduler = start_scheduler(bind_timeout=3.0, lock_wait=0.5, lock_ttl=300.0)
+    owner = make.holder("owner", "n1", "n1-Ascend310P-0,Ascend310P,3072,0:;")
+    owner["metadata"]["annotations"]["hami.io/bind-phase"] = phase
+    kube.add_pod(owner)
+    held = _lock((kube.namespace, "owner"), ahead_seconds=-200)
+    written = time.monotonic()
+    kube.annotate_node("n1", {LOCK: held})
+    looks = 0
+    while time.monotonic() - written < 3.0 + 1.0:  # binds until past --bind-timeout
+        error = _bind(scheduler, kube, "job")
+        assert error.startswith(f"node n1 is locked by pod {kube.namespace}/owner (waited "), error
+        looks += 1
+    assert looks >= 2
+    assert _notes(kube)[LOCK] == held
+    assert not kube.pod("job")["spec"].get("nodeName")
+    assert scheduler.sample("vnpu_scheduler_lock_takeovers_total", why="bind_abandoned") == 0
+
+
+@pytest.mark.timeout(60)  # two scheduler processes start; a guard, not a speed claim
+@pytest.mark.parametrize("slow_api", [{"swallow": "/binding"}], indirect=True)
+def test_a_replica_killed_mid_bind_frees_its_node_after_bind_timeout(
+    kube: Any,
+    make: Any,
+    slow_api: Any,
+    launch_replica: Any,
+    tmp_path: Path,
+    node_and_pod: None,
+) -> None:
+    """kill -9 of a replica whose Binding is on its way (held by the proxy): its lock names an
+    unbound pod. The other replica, running all along, binds to the node once --bind-timeout
+    has passed since the lock appeared, logs and counts the take-over."""
+    proxy, through_proxy = slow_api
+    flags = ("--lock-namespace", kube.namespace, "--bind-timeout", "6", "--lock-wait", "2")
+    doomed, doomed_url = launch_replica(through_proxy, tmp_path / "doomed.log", *flags)
+    survivor_log = tmp_path / "survivor.log"
+    _, survivor_url = launch_replica(kube.kubeconfig, survivor_log, *flags)
+    kube.add_pod(make.npu_pod("crashed", memory=4000))
+    crashed = kube.pod("crashed")["metadata"]["uid"]
+
+    def bind(url: str, name: str, uid: str) -> str:
+        body = {"PodName": name, "PodNamespace": kube.namespace, "PodUID": uid, "Node": "n1"}
+        with httpx.Client(timeout=30) as client:
+            answer = client.post(f"{url}/bind", json=body)
+        assert answer.status_code == 200
+        error: str = answer.json()["Error"]
+        return error
+
+    def doomed_bind() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # its replica dies under it
+            bind(doomed_url, "crashed", crashed)
+
+    started = time.monotonic()
+    mid_bind = threading.Thread(target=doomed_bind)
+    mid_bind.start()
+    deadline = time.monotonic() + 10
+    while not any("/binding" in line for line in proxy.seen):
+        assert time.monotonic() < deadline, "the doomed replica never sent its Binding"
+        time.sleep(0.02)
+    doomed.kill()  # SIGKILL: no rollback, no release
+    doomed.wait()
+    mid_bind.join(timeout=10)
+    assert _notes(kube)[LOCK].endswith(f",{kube.namespace},crashed")
+
+    job = kube.pod("job")["metadata"]["uid"]
+    refused: list[str] = []
+    until = time.monotonic() + 25
+    while error := bind(survivor_url, "job", job):
+        refused.append(error)
+        assert time.monotonic() < until, refused[-1]
+    assert time.monotonic() - started >= 6.0
+    assert all("not bound yet" in error for error in refused), refused
+    assert kube.pod("job")["spec"]["nodeName"] == "n1"
+    assert not kube.pod("crashed")["spec"].get("nodeName")
+    assert _notes(kube)[LOCK].endswith(f",{kube.namespace},job")
+    taken = [
+        json.loads(line)
+        for line in survivor_log.read_text().splitlines()
+        if '"node_lock_taken_over"' in line
+    ]
+    assert [(t["why"], t["node"], t["pod"]) for t in taken] == [
+        ("bind_abandoned", "n1", f"{kube.namespace}/job")
+    ]
+    with httpx.Client(timeout=10) as client:
+        scraped = client.get(f"{survivor_url}/metrics").text
+    assert 'vnpu_scheduler_lock_takeovers_total{why="bind_abandoned"} 1.0' in scraped
+
+
+def test_a_write_whose_deadline_passed_is_never_sent() -> None:
+    """What a bind's Binding and lock write go through: a call that reaches its thread after
+    the deadline (queued behind busy API threads) is refused, not sent late."""
+    sent: list[str] = []
+    write = cluster.in_time(sent.append)
+    with cluster.deadline_at(time.monotonic() - 0.001), pytest.raises(kubeapi.ApiError) as late:
+        write("late")
+    assert (late.value.status, late.value.reason) == (0, "DeadlineExceeded")
+    with cluster.deadline_at(time.monotonic() + 60):
+        write("in time")
+    write("no deadline")
+    assert sent == ["in time", "no deadline"]

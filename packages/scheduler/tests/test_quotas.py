@@ -88,6 +88,41 @@ def test_a_pod_over_its_namespace_quota_is_refused_naming_the_quota(
     assert 'vnpu_scheduler_quota_refusals_total{rule="resource-quota",verb="filter"} 1.0' in text
 
 
+def test_pods_placed_around_the_scheduler_count_and_are_named_by_the_metrics(
+    kube: Any, make: Any, scheduler: Any
+) -> None:
+    """A pod with a preset nodeName (left to default-scheduler) counts against the quota and is
+    named as unchecked; the pod vnpu placed is not, nor a rogue pod in a namespace without an
+    NPU quota."""
+    team = _namespace(kube, "capped")
+    free = _namespace(kube, "free")
+    kube.add_node(make.node("n1", chips=4))
+    placed = _holder(make, "placed", team, *_vir02(0))
+    placed["spec"]["schedulerName"] = "vnpu-scheduler"
+    kube.add_pod(placed)
+    kube.add_pod(_holder(make, "rogue", team, *_vir02(1)))
+    kube.add_pod(_holder(make, "elsewhere", free, *_vir02(2)))
+    _quota(kube, team, {MEMORY: "6144"})
+    labels = f'namespace="{team}",quota="{team}/npu",resource="{MEMORY}"'
+
+    seen: list[str] = []
+
+    def scraped() -> bool:
+        seen.append(scheduler.http.get(f"{scheduler.url}/metrics").text)
+        return f"vnpu_scheduler_quota_used{{{labels}}} 12288.0" in seen[-1]
+
+    scheduler.wait_for(scraped)
+    text = seen[-1]
+    assert f"vnpu_scheduler_quota_limit{{{labels}}} 6144.0" in text
+    unchecked = [
+        line for line in text.splitlines() if line.startswith("vnpu_scheduler_quota_unchecked_pod{")
+    ]
+    assert unchecked == [
+        f'vnpu_scheduler_quota_unchecked_pod{{namespace="{team}",pod="rogue",'
+        'reason="other_scheduler"} 1.0'
+    ]
+
+
 def test_a_multi_chip_pod_counts_memory_times_chips(kube: Any, make: Any, scheduler: Any) -> None:
     train = _namespace(kube, "train")
     kube.add_node(make.node("n1", chips=8, word="Ascend910B3"))

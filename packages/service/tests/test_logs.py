@@ -126,3 +126,32 @@ def test_an_unknown_level_is_refused_by_name() -> None:
 
     with pytest.raises(ValueError, match=r"log level 'verbose': not one of debug, info"):
         logs.configure("verbose")
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_service_goes_on() -> None:
+    program = textwrap.dedent(
+        """
+        import os, signal, sys, threading
+        from vnpu_service import logs
+
+        logs.configure("info")
+        parked = threading.Event()
+
+        def worker_waits_here() -> None:
+            parked.wait()
+
+        worker = threading.Thread(target=worker_waits_here)
+        worker.start()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        parked.set()
+        worker.join()
+        print("still running")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "still running\n"
+    assert "most recent call first" in done.stderr
+    assert "worker_waits_here" in done.stderr  # the other thread's stack too

@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Hashable, Sequence
-from typing import Any, TextIO
-
-import yaml
+from collections.abc import Sequence
+from typing import TextIO
 
 import vnpu_core
 from vnpu_core import (
@@ -30,35 +29,24 @@ from vnpu_core import (
     planfiles,
     requests,
     tenants,
+    yamldoc,
 )
 
 EXIT_OK = 0
 EXIT_INPUT = 2
+MAX_INPUT_BYTES = 8 * 1024 * 1024  # a cluster, workload or tenants file, in UTF-8
 _VALUE_WIDTH = 80
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Plain YAML data, refusing a key given twice in one mapping (a silent overwrite)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping",
-                    node.start_mark,
-                    f"key {key!r} is given twice",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def _read_text(path: str) -> str:
+def _read_text(path: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The file's text; a file above ``max_bytes`` is refused without reading the rest."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read()
+            text = handle.read(max_bytes + 1)  # characters: at least as many bytes
+            if len(text) > max_bytes:
+                size = max(os.fstat(handle.fileno()).st_size, len(text.encode()))
+                raise _input_error(path, yamldoc.oversize(size, max_bytes))
+            return text
     except UnicodeDecodeError as exc:
         raise errors.InputFileError(
             path, f"byte {exc.start}", exc.object[exc.start : exc.start + 1], "is not UTF-8"
@@ -72,41 +60,29 @@ def _read_text(path: str) -> str:
 def _yaml(text: str, source: str, many: bool) -> tuple[list[object], list[int]]:
     """The documents of a YAML text and the line each one's content starts on.
 
-    A syntax error names the line, the column and that line's text.
+    A syntax error names the line, the column and that line's text; anchors, aliases, deep
+    nesting and a text above ``MAX_INPUT_BYTES`` are refused (``yamldoc``).
     """
-    loader = _StrictLoader(text)
     try:
         if not many:
-            return [loader.get_single_data()], [1]
-        documents: list[object] = []
-        lines: list[int] = []
-        while loader.check_node():
-            node = loader.get_node()
-            lines.append(node.start_mark.line + 1 if node is not None else 0)
-            documents.append(None if node is None else loader.construct_document(node))
-        return documents, lines
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = ", ".join(part for part in (exc.context, exc.problem) if part) or "malformed"
-        if mark is None:
-            raise errors.InputFileError(source, "(file)", "", f"YAML syntax error: {what}") from exc
-        all_lines = text.splitlines()
-        line = all_lines[mark.line].strip() if mark.line < len(all_lines) else ""
-        path = f"line {mark.line + 1}, column {mark.column + 1}"
-        raise errors.InputFileError(source, path, line, f"YAML syntax error: {what}") from exc
-    except yaml.YAMLError as exc:
-        raise errors.InputFileError(source, "(file)", "", f"YAML error: {exc}") from exc
-    except RecursionError as exc:
-        raise errors.InputFileError(source, "(file)", "", "YAML nested too deeply") from exc
-    finally:
-        loader.dispose()
+            return [yamldoc.load(text, max_bytes=MAX_INPUT_BYTES)], [1]
+        documents = yamldoc.load_all(text, max_bytes=MAX_INPUT_BYTES)
+    except errors.DocumentError as exc:
+        raise _input_error(source, exc) from exc
+    return [d.data for d in documents], [d.line for d in documents]
+
+
+def _input_error(source: str, exc: errors.DocumentError) -> errors.InputFileError:
+    shown = exc.value.strip() if isinstance(exc.value, str) else exc.value
+    problem = f"{exc.summary}: {exc.detail}"
+    return errors.InputFileError(source, exc.where or "(file)", shown, problem)
 
 
 def _models(path: str | None) -> tuple[catalog.Catalog, tuple[str, ...]]:
     if path is None:
         return catalog.BUILTIN, ()
     try:
-        loaded = deviceconfig.load(_read_text(path), path)
+        loaded = deviceconfig.load(_read_text(path, deviceconfig.MAX_BYTES), path)
     except errors.ConfigError as exc:
         raise errors.InputFileError(path, exc.path, exc.value, exc.problem) from exc
     return loaded.catalog, tuple(f"device config: {w}" for w in loaded.warnings)

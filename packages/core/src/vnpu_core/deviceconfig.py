@@ -7,13 +7,14 @@ bare list. ``load`` merges the entries over a base catalog (the built-in one unl
 caller passes another) and returns the merged catalog with the warnings a person should
 see. Anything invalid raises ``errors.ConfigError`` whose ``path`` names the exact place
 in the document (``vnpus.configs[2].templates[0].memory``) and whose ``value`` is what
-was found there.
+was found there. The text is parsed by ``yamldoc``, which refuses anchors and aliases, a
+document above ``MAX_BYTES`` and nesting deeper than 64 levels before anything is expanded.
 
 Besides HAMi's keys, vnpu reads ``vnpuLimit``, ``media``, ``server`` and ``name``, which
 HAMi and Volcano ignore (docs/device-config.md). Core does no I/O: the scheduler, the
 device plugin, the exporter and the planner read the file and pass its text to ``load``.
 
-The module is longer than most (about 490 lines): every key is checked where it is read,
+The module is longer than most (about 470 lines): every key is checked where it is read,
 and the typed reader, the merge and the template-against-chip checks share the paths they
 report, so splitting them would only pass that state around.
 """
@@ -21,13 +22,11 @@ report, so splitting them would only pass that state around.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-import yaml
-
-from vnpu_core import catalog, errors, topology
+from vnpu_core import catalog, errors, topology, yamldoc
 
 DOCUMENT = "(document)"
 # Top-level keys HAMi gives other vendors in the same document; they are not ours to judge.
@@ -46,6 +45,7 @@ HAMI_ENTRY_KEYS = frozenset({
 VNPU_ENTRY_KEYS = frozenset({"vnpuLimit", "media", "server", "name"})
 TEMPLATE_KEYS = frozenset({"name", "memory", "aiCore", "aiCPU", "media"})
 REQUIRED_FOR_NEW_MODEL = ("chipName", "memoryAllocatable", "memoryCapacity", "aiCore", "aiCPU")
+MAX_BYTES = yamldoc.MAX_BYTES  # the document's size in UTF-8; docs/device-config.md, "Limits"
 MAX_FIGURE = 2**31 - 1  # HAMi's annotations and kubelet quantities carry 32-bit integers
 # ``hami.io/<commonWord>-devices-to-allocate`` must stay within the 63-character key limit.
 MAX_COMMON_WORD = 63 - len("-devices-to-allocate")
@@ -120,48 +120,24 @@ def load(text: str, source: str = "", base: catalog.Catalog = catalog.BUILTIN) -
     return LoadedConfig(base.replace(models, soft), tuple(reader.warnings))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key written twice in one mapping (PyYAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _value in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                continue
-            marker = (key_node.tag, key_node.value)
-            if marker in seen:
-                twice = f"key {key_node.value!r} is given twice"
-                raise yaml.constructor.ConstructorError(None, None, twice, key_node.start_mark)
-            seen.add(marker)
-        return super().construct_mapping(node, deep)
+def oversize(size: int, source: str = "") -> errors.ConfigError:
+    """The error ``load`` raises for a document of ``size`` bytes, above ``MAX_BYTES``: for a
+    reader that stops at the limit instead of holding the whole file."""
+    return _refused(yamldoc.oversize(size, MAX_BYTES), source)
 
 
 def _parse(text: str, reader: _Reader) -> object:
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: plain data only
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = exc.problem or exc.context or "malformed YAML"
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        line = _line(text, mark.line) if mark else ""
-        raise reader.error(DOCUMENT, line, f"YAML syntax error{at}: {what}") from exc
-    except yaml.reader.ReaderError as exc:
-        row = text.count("\n", 0, exc.position) + 1
-        column = exc.position - text.rfind("\n", 0, exc.position)
-        char = exc.character
-        shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
-        problem = f"YAML syntax error at line {row}, column {column}: {shown} is not allowed"
-        raise reader.error(DOCUMENT, _line(text, row - 1), problem) from exc
-    except yaml.YAMLError as exc:
-        raise reader.error(DOCUMENT, "", f"YAML syntax error: {exc}") from exc
-    except RecursionError as exc:
-        raise reader.error(DOCUMENT, "", "YAML nested too deeply to read") from exc
+        return yamldoc.load(text, max_bytes=MAX_BYTES)
+    except errors.DocumentError as exc:
+        raise _refused(exc, reader.source) from exc
 
 
-def _line(text: str, index: int) -> str:
-    """Line ``index`` (from 0) of ``text``, cut to a readable length; "" past the end."""
-    lines = text.splitlines()
-    return lines[index][:200] if 0 <= index < len(lines) else ""
+def _refused(exc: errors.DocumentError, source: str) -> errors.ConfigError:
+    at = f" at {exc.where}" if exc.where else ""
+    return errors.ConfigError(
+        DOCUMENT, exc.value, f"{exc.summary}{at}: {exc.detail}", source=source
+    )
 
 
 class _Reader:

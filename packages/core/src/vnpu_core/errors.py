@@ -8,7 +8,11 @@ Each error carries the data a caller needs (which field, which value), not only 
     ├── QuantityError      a resource quantity is not one Kubernetes can read (value)
     ├── RequestError       a pod asks for something malformed or impossible (container, resource, value)
     ├── QuotaError         a ResourceQuota or the tenants config is invalid (source, path, value)
-    └── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
+    ├── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
+    └── DocumentError      YAML text cannot be read, or goes past a limit (line, column, value, limit)
+
+``DocumentError`` comes from ``vnpu_core.yamldoc``; the loaders that call it turn it into their
+own error (``ConfigError``, ``QuotaError``, ``InputFileError``), so callers meet it only there.
 
 None of them is worth retrying: the input has to change first.
 """
@@ -84,3 +88,37 @@ class InputFileError(VnpuError):
         self.value = value
         self.problem = problem
         super().__init__(f"{file}: {path}: {problem} (got {value!r})")
+
+
+class DocumentError(VnpuError):
+    """YAML text that cannot be read: a syntax error, or something refused by a limit.
+
+    ``summary`` says what (``YAML syntax error``, ``YAML alias *a refused``, ``YAML nested too
+    deeply``, ``YAML document too large``), ``detail`` how; ``line`` and ``column`` (from 1; 0
+    when the whole text is meant) where; ``value`` is the text of that line, or the figure that
+    was too large; ``limit`` the bound that was passed (None for a syntax error).
+    """
+
+    def __init__(
+        self,
+        summary: str,
+        detail: str,
+        value: object,
+        *,
+        line: int = 0,
+        column: int = 0,
+        limit: int | None = None,
+    ) -> None:
+        self.summary = summary
+        self.detail = detail
+        self.value = value
+        self.line = line
+        self.column = column
+        self.limit = limit
+        at = f" at {self.where}" if self.where else ""
+        super().__init__(f"{summary}{at}: {detail} (got {value!r})")
+
+    @property
+    def where(self) -> str:
+        """``line 3, column 5``, or "" when the whole text is meant."""
+        return f"line {self.line}, column {self.column}" if self.line else ""

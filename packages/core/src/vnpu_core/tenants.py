@@ -31,11 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from vnpu_core import catalog, deviceconfig, errors, holdings
+from vnpu_core import catalog, errors, holdings, yamldoc
 
 CONFIG_KEY = "tenants.yaml"
+MAX_BYTES = yamldoc.MAX_BYTES  # of the YAML text, in UTF-8
 _TOP_KEYS = ("teams",)
 _TEAM_KEYS = ("name", "namespaces", "weight", "nominal", "borrowingLimit")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -185,18 +184,14 @@ def read(
 
 
 def load(text: str, source: str = CONFIG_KEY, models: catalog.Catalog = catalog.BUILTIN) -> Tenants:
-    """The teams of a config's YAML text. Raises QuotaError (YAML errors name line and column)."""
+    """The teams of a config's YAML text. Raises QuotaError (YAML errors name line and column;
+    anchors, aliases, a text above ``MAX_BYTES`` and deep nesting are refused, ``yamldoc``)."""
     try:
-        document = yaml.load(text, Loader=deviceconfig._StrictLoader)  # plain data only
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
-        problem = exc.problem or exc.context or "malformed"
-        lines = text.splitlines()
-        shown = lines[mark.line].strip() if mark and mark.line < len(lines) else ""
-        raise errors.QuotaError(source, where, shown, f"YAML syntax error: {problem}") from exc
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise errors.QuotaError(source, "(document)", "", f"YAML error: {exc}") from exc
+        document = yamldoc.load(text, max_bytes=MAX_BYTES)
+    except errors.DocumentError as exc:
+        shown = exc.value.strip() if isinstance(exc.value, str) else exc.value
+        problem = f"{exc.summary}: {exc.detail}"
+        raise errors.QuotaError(source, exc.where or "(document)", shown, problem) from exc
     return read(document, source, models)
 
 

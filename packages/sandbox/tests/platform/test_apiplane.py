@@ -35,9 +35,22 @@ def test_a_namespace_takes_pods_at_once_and_clear_removes_them_and_every_node(
             "metadata": {"name": "left-behind"},
             "webhooks": [],
         }
-        kubernetes.client.AdmissionregistrationV1Api(client).create_mutating_webhook_configuration(
-            hook
-        )
+        admission = kubernetes.client.AdmissionregistrationV1Api(client)
+        admission.create_mutating_webhook_configuration(hook)
+        rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"]}
+        policy = {
+            "metadata": {"name": "left-behind"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{**rule, "resources": ["configmaps"]}]},
+                "validations": [{"expression": "true"}],
+            },
+        }
+        admission.create_validating_admission_policy(policy)
+        binding = {
+            "metadata": {"name": "left-behind"},
+            "spec": {"policyName": "left-behind", "validationActions": ["Deny"]},
+        }
+        admission.create_validating_admission_policy_binding(binding)
         space.clear()
         assert core.list_node().items == []
         assert core.list_namespaced_pod(space.name).items == []
@@ -46,6 +59,8 @@ def test_a_namespace_takes_pods_at_once_and_clear_removes_them_and_every_node(
             client
         ).list_mutating_webhook_configuration()
         assert [h.metadata.name for h in hooks.items] == []
+        assert admission.list_validating_admission_policy().items == []
+        assert admission.list_validating_admission_policy_binding().items == []
         # What kube-apiserver made for itself stays.
         classes = kubernetes.client.SchedulingV1Api(client).list_priority_class()
         assert {"system-node-critical", "system-cluster-critical"} <= {

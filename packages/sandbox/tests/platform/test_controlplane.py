@@ -99,7 +99,7 @@ def test_kubeconfigs_point_at_the_api_with_the_identity_files(tmp_path: Path) ->
     assert str(plane.kubeconfig("vnpu-device-plugin")) in by_name["device-plugin-duo"]
 
 
-def test_the_api_server_runs_node_and_rbac_authorization_with_the_quota_and_webhooks(
+def test_the_api_server_runs_node_and_rbac_authorization_with_the_quota_webhooks_and_policies(
     tmp_path: Path,
 ) -> None:
     where = layout.Layout.at(tmp_path)
@@ -117,6 +117,7 @@ def test_the_api_server_runs_node_and_rbac_authorization_with_the_quota_and_webh
         "ResourceQuota",
         "MutatingAdmissionWebhook",
         "ValidatingAdmissionWebhook",
+        "ValidatingAdmissionPolicy",
     }
 
 
@@ -132,15 +133,24 @@ def test_up_without_the_binaries_says_how_to_build_them(
     assert not (tmp_path / "sb" / "sandbox.json").exists()
 
 
-def test_rbac_comes_from_the_rendered_chart_when_given(tmp_path: Path) -> None:
+def test_rbac_and_admission_policies_come_from_the_rendered_chart_when_given(
+    tmp_path: Path,
+) -> None:
     chart = tmp_path / "chart.yaml"
     chart.write_text(
+        "kind: ValidatingAdmissionPolicyBinding\nmetadata: {name: vnpu-npu-pods}\n---\n"
         "kind: ServiceAccount\nmetadata: {name: vnpu-scheduler, namespace: kube-system}\n---\n"
         "kind: Deployment\nmetadata: {name: vnpu-scheduler}\n---\n"
+        "kind: ValidatingAdmissionPolicy\nmetadata: {name: vnpu-npu-pods}\n---\n"
         "kind: ClusterRole\nmetadata: {name: vnpu-scheduler}\nrules: []\n"
     )
     kinds = [d["kind"] for d in controlplane.rbac_documents(chart)]
-    assert kinds == ["ServiceAccount", "ClusterRole"]
+    assert kinds == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+    ]
     # Without a chart, every service account is bound to cluster-admin.
     binding = controlplane.rbac_documents()[-1]
     assert binding["roleRef"]["name"] == "cluster-admin"

@@ -100,7 +100,7 @@ class Service:
         self.quotas: quotagate.QuotaGate | None = None
         if config.quotas:
             book = tenancy.QuotaBook(self.config.catalog, config.tenants_config)
-            self.quotas = quotagate.QuotaGate(book, self.cache, self.stats)
+            self.quotas = quotagate.QuotaGate(book, self.cache, self.stats, config.scheduler_name)
         self.config.on_change = self._new_catalog
         self.executor = ThreadPoolExecutor(config.api_threads, thread_name_prefix="kube-api")
         self.locks = nodelock.NodeLocks(
@@ -112,6 +112,7 @@ class Service:
             config.bind_attempts,
             skew=config.lock_clock_skew,
             watched=self.cache.node_object,
+            bind_timeout=config.bind_timeout,
         )
         self.in_flight = inflight.InFlight()
         self.extender = extender.Extender(
@@ -175,7 +176,7 @@ class Service:
             informer.Informer(
                 "nodes",
                 api,
-                self.cache.replace_nodes,
+                self._nodes_listed,
                 self.cache.upsert_node,
                 self.cache.remove_node,
                 self.stats,
@@ -206,6 +207,13 @@ class Service:
             )
             registry.register(metrics.QuotaCollector(self.quotas.snapshot))
         registry.register(metrics.AllocationCollector(self.allocations))
+
+    def _nodes_listed(self, items: Iterable[Json]) -> None:
+        """The node informer listed the nodes: the cache, and when each lock was first seen."""
+        listed = list(items)
+        self.cache.replace_nodes(listed)
+        for obj in listed:
+            self.locks.saw(str((obj.get("metadata") or {}).get("name")), obj)
 
     # The pod informer's callbacks: the cache, and the quota gate's pending pods.
 
@@ -281,7 +289,9 @@ class Service:
             "device_config": {
                 "source": status.source,
                 "loaded": status.loaded,
-                "digest": status.digest,
+                "digest": status.digest[: configsource.SHOWN_DIGEST],
+                "source_rejected": status.source_rejected,
+                "rejected_digest": status.rejected_digest[: configsource.SHOWN_DIGEST],
                 "last_reload_error": status.error,
             },
         }
@@ -299,11 +309,19 @@ class Service:
         return ready, body
 
     async def poll_config(self) -> None:
+        """Read the tenants and device configs every ``config_poll_seconds`` while the service
+        runs; no failure of one round, ``MemoryError`` included, ends the loop."""
         while True:
             if self.quotas is not None:
-                await self.run(self.quotas.poll_tenants, self.api)
+                await self._poll_once("tenants_config", self.quotas.poll_tenants, self.api)
             await asyncio.sleep(self.settings.config_poll_seconds)
-            await self.run(self.config.poll)
+            await self._poll_once("device_config", self.config.poll)
+
+    async def _poll_once(self, config: str, poll: Callable[..., Any], *args: Any) -> None:
+        try:
+            await self.run(poll, *args)
+        except Exception:  # the sources record what they reject; this is anything else
+            log.exception("config_poll_failed", config=config)
 
     async def _warm_when_synced(self) -> None:
         """Once the cache holds the cluster, compute every state and (``tune_gc``) freeze it.
@@ -342,6 +360,7 @@ class Service:
         loop = asyncio.get_running_loop()
 
         def node_changed(name: str) -> None:  # called from the node informer's thread
+            self.locks.saw(name, self.cache.node_object(name))  # None: the node was deleted
             loop.call_soon_threadsafe(self.locks.wake, name)
 
         self.cache.on_node_change = node_changed

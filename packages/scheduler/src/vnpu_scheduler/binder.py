@@ -18,13 +18,18 @@ A pod this scheduler already bound to the node is answered as bound (idempotent)
 
 Every bind answers within ``bind_timeout`` (below kube-scheduler's ``httpTimeout``): its
 work (queue, lock wait, fit, Binding) must end ``ROLLBACK_SECONDS`` before that, and each
-API call under it waits no longer than the time left (``cluster.deadline_at``). A bind
-whose work runs out of time is rolled back in the seconds kept for it: if the Binding was
-not sent, or the pod is seen unbound afterwards, the lock it wrote is released and the bind
-refused; if the Binding landed after all, the bind succeeded; if that cannot be told (the
-API does not answer), the lock is kept (the device plugin, or ``--lock-ttl``, frees it)
-and the bind refused, since releasing it under a pod that may be bound would hand its chips
-to the next bind. Events record each outcome.
+API call under it waits no longer than the time left (``cluster.deadline_at``). The Binding
+and the lock write are never sent once that work deadline has passed (``cluster.in_time``),
+not even by a call still queued for a pool thread: other replicas rely on it when they take
+over the lock of a pod still unbound ``bind_timeout`` after its lock appeared (``nodelock``,
+``bind_abandoned``: what frees the node of a replica killed mid-bind). A bind whose work
+runs out of time is rolled back in the seconds kept for it: if the Binding was not sent, or
+the pod is seen unbound afterwards, the lock it wrote is released and the bind refused; if
+the Binding landed after all, the bind succeeded; if that cannot be told (the API does not
+answer), the lock is kept and the bind refused, since releasing it under a pod that may be
+bound would hand its chips to the next bind (the device plugin frees it once the pod is
+served; if the pod is in fact unbound, another bind takes it over). Events record each
+outcome.
 """
 
 from __future__ import annotations
@@ -373,8 +378,8 @@ class Binder:
         if outcome == "unknown":
             message = (
                 f"bind of pod {who} to node {node} {limit}, and whether its Binding landed "
-                "cannot be told: the node lock is kept until the device plugin or --lock-ttl "
-                "frees it"
+                "cannot be told: the node lock is kept (the device plugin frees it once the pod is "
+                "served; if the pod stays unbound, another bind takes it over)"
             )
         else:
             released = await self._locks.release(node, namespace, name)
@@ -447,7 +452,9 @@ class Binder:
         progress.annotations = annotations
         for attempt in range(self._attempts):
             try:
-                call = self._run(self._api.bind, namespace, name, _uid(pod), node, annotations)
+                call = self._run(
+                    cluster.in_time(self._api.bind), namespace, name, _uid(pod), node, annotations
+                )
                 progress.binding = asyncio.ensure_future(call)
                 await asyncio.shield(progress.binding)
                 return None

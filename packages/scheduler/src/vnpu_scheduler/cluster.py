@@ -12,20 +12,22 @@ here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is bu
 A caller with a deadline (``binder``: every bind has one) sets it with ``deadline_at``; the
 calls made under it, in whatever thread the context was copied to, wait no longer than the
 time left (at least ``SHORTEST_CALL`` seconds), so a hung API server cannot hold a bind
-past its deadline.
+past its deadline. A write wrapped in ``in_time`` is not sent at all once the deadline has
+passed (a bind's Binding and its lock write, which may wait for a pool thread that long).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import kubernetes
 
@@ -36,6 +38,7 @@ Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "vnpu-scheduler"
 SHORTEST_CALL = 0.05
+T = TypeVar("T")
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "vnpu_scheduler_api_deadline", default=None
 )
@@ -57,6 +60,28 @@ def _limit(timeout: float) -> float:
     if when is None:
         return timeout
     return max(SHORTEST_CALL, min(timeout, when - time.monotonic()))
+
+
+def in_time(call: Callable[..., T]) -> Callable[..., T]:
+    """``call``, refused with ``ApiError`` (status 0) when it would start after the deadline.
+
+    The check runs where the call runs (a pool thread), so a write queued behind busy threads
+    is dropped rather than sent late: other replicas take over the node lock of a bind whose
+    deadline has passed (``nodelock``), and a Binding sent after that would race them.
+    """
+
+    @functools.wraps(call)
+    def guarded(*args: Any) -> T:
+        when = _deadline.get()
+        if when is not None and time.monotonic() >= when:
+            raise kubeapi.ApiError(
+                0,
+                "DeadlineExceeded",
+                f"{getattr(call, '__name__', 'call')}: not sent, its deadline had passed",
+            )
+        return call(*args)
+
+    return guarded
 
 
 class WatchStream(Protocol):

@@ -25,6 +25,8 @@ from vnpu_core import inventory, ledger, quotas
 VERBS = ("filter", "prioritize", "bind", "mutate", "validate")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _RECLAIM_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+LOCK_TAKEOVERS = ("owner_gone", "owner_elsewhere", "bind_abandoned", "expired", "future")
+"""Why ``nodelock`` took a node lock over (the ``why`` label of ``lock_takeovers``)."""
 _WAIT_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0)
 
 
@@ -86,14 +88,20 @@ class Metrics:
         )
         self.lock_takeovers = Counter(
             "vnpu_scheduler_lock_takeovers",
-            "Node locks taken over: owner_gone, expired (owner done or owner-less), future "
-            "(dated past the clock-skew allowance).",
+            "Node locks taken over: owner_gone, owner_elsewhere (owner bound to another node), "
+            "bind_abandoned (owner still unbound --bind-timeout after the lock was first seen: "
+            "its bind ended or its replica died), expired (older than --lock-ttl, owner done or "
+            "owner-less), future (dated past the clock-skew allowance).",
             ["why"],
             registry=registry,
         )
+        for why in LOCK_TAKEOVERS:  # every series from the start, so increase() sees the first
+            self.lock_takeovers.labels(why)
         self.config_reloads = Counter(
             "vnpu_scheduler_device_config_reloads",
-            "Device-config loads, by result (ok, failed).",
+            "Device-config loads, at start and of each changed content, by result: ok, failed "
+            "(rejected: invalid, past a size, depth or alias limit, unreadable, or an error "
+            "while loading; the last good config is kept).",
             ["result"],
             registry=registry,
         )
@@ -265,6 +273,15 @@ class AllocationCollector(Collector):
         yield from families.values()
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Unchecked:
+    """A pod holding chips against a namespace's NPU quota that no quota check ran for."""
+
+    namespace: str
+    pod: str
+    reason: str  # quotagate.OTHER_SCHEDULER or a ledger.Disagreement value
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaSnapshot:
     """What one scrape reports about quotas and teams."""
@@ -280,6 +297,7 @@ class QuotaSnapshot:
     weights: dict[str, float] = field(default_factory=dict)  # team -> fair-share weight
     shares: dict[str, float] = field(default_factory=dict)  # team -> weighted dominant share
     tenants_ok: bool = True
+    unchecked: tuple[Unchecked, ...] = ()
 
 
 _TEAM_GAUGES = {
@@ -317,6 +335,15 @@ class QuotaCollector(Collector):
             values = [standing.namespace, standing.quota, standing.resource]
             limit.add_metric(values, standing.limit)
             used.add_metric(values, standing.used)
+        unchecked = GaugeMetricFamily(
+            "vnpu_scheduler_quota_unchecked_pod",
+            "1 for each pod of a namespace under an NPU ResourceQuota that holds chips no quota "
+            "check ran for: placed by another scheduler or a preset spec.nodeName "
+            "(reason other_scheduler), or granted chips beyond its decision (annotation_*).",
+            labels=["namespace", "pod", "reason"],
+        )
+        for pod in snapshot.unchecked:
+            unchecked.add_metric([pod.namespace, pod.pod, pod.reason], 1)
         team = {
             part: GaugeMetricFamily(f"vnpu_scheduler_team_{part}", text, labels=["team", "unit"])
             for part, text in _TEAM_GAUGES.items()
@@ -378,6 +405,7 @@ class QuotaCollector(Collector):
         )
         yield limit
         yield used
+        yield unchecked
         yield from team.values()
         yield weight
         yield share

@@ -20,8 +20,18 @@ its methods to the parts that need them:
 * ``poll_tenants``: reads the tenants ConfigMap into the book (``app`` calls it every
   ``config_poll_seconds``).
 * ``snapshot`` (``metrics.QuotaCollector``, once per scrape): every ResourceQuota limit
-  with its use, every team's use, nominal, limit, borrowed and pending demand, and the
-  AI-core-seconds and MiB-seconds consumed by namespace and team (``tenancy.Meter``).
+  with its use, every team's use, nominal, limit, borrowed and pending demand, the
+  AI-core-seconds and MiB-seconds consumed by namespace and team (``tenancy.Meter``), and
+  ``unchecked``: the pods in namespaces under an NPU quota that hold chips no quota check
+  ran for.
+
+Quotas are checked where vnpu places a pod (filter, bind). A pod that reaches a node some
+other way (a preset ``spec.nodeName``, another scheduler, chips its device plugin granted
+with no decision on the pod) still counts against its namespace's quota, at least as much
+as its node granted (``cache.ClusterCache.namespace_usage``), but nothing refused it: such a
+pod can take a namespace past its limit. ``unchecked`` names those pods so that the
+``VnpuQuotaExceeded`` alert can say who did. (The chart's admission policies refuse the
+preset ``nodeName`` and forged decisions in the first place: docs/security.md.)
 """
 
 from __future__ import annotations
@@ -46,6 +56,9 @@ LENDER_PENDING = "lender-pending"  # the rule of a refusal by lenders first
 LENDING_OUTCOMES = frozenset(
     {tenancy.Outcome.UNSEEN, tenancy.Outcome.FIT, tenancy.Outcome.CAPACITY}
 )
+OTHER_SCHEDULER = "other_scheduler"
+"""``unchecked``'s reason for a pod whose ``spec.schedulerName`` is not vnpu's (the others are
+``ledger.Disagreement`` values: chips granted beyond what the pod's decision shows)."""
 
 
 class QuotaGate:
@@ -56,10 +69,12 @@ class QuotaGate:
         book: tenancy.QuotaBook,
         nodes: cache.ClusterCache,
         stats: metrics.Metrics,
+        scheduler_name: str = "vnpu-scheduler",
     ) -> None:
         self.book = book
         self._cache = nodes
         self._stats = stats
+        self._scheduler_name = scheduler_name
         self.event: EventSink = lambda *_: None  # app sets the binder's event recorder
         self.demand = tenancy.Demand()
         self.meter = tenancy.Meter()
@@ -204,7 +219,27 @@ class QuotaGate:
             tenants_ok=not self.book.tenants_status.error,
             weights={t.name: t.weight for t in teams.teams},
             shares=weighted,
+            unchecked=self.unchecked(),
         )
+
+    def unchecked(self) -> tuple[metrics.Unchecked, ...]:
+        """The pods of namespaces under an NPU ResourceQuota that hold chips vnpu did not
+        place: another scheduler's (or a preset ``nodeName``'s), and those granted chips
+        beyond what their decision shows."""
+        limited = {q.namespace for q in self.book.applied()}
+        if not limited:
+            return ()
+        found: set[metrics.Unchecked] = set()
+        for holder in self._cache.holders():
+            named = str((holder.pod.get("spec") or {}).get("schedulerName") or "")
+            if holder.namespace in limited and named != self._scheduler_name:
+                found.add(metrics.Unchecked(holder.namespace, holder.name, OTHER_SCHEDULER))
+        for state in self._cache.all_states():
+            for mismatch in state.mismatches:
+                namespace, _, name = mismatch.pod.partition("/")
+                if namespace in limited:
+                    found.add(metrics.Unchecked(namespace, name, mismatch.reason.value))
+        return tuple(sorted(found))
 
 
 def _by_unit(amounts: dict[str, holdings.Amount]) -> dict[tuple[str, str], int]:

@@ -34,6 +34,13 @@ import uvicorn
 from vnpu_scheduler import intake, settings
 
 log = structlog.get_logger(__name__)
+KEEP_ALIVE_SECONDS = 120
+"""How long an idle client connection is kept open: longer than the 90 s after which Go's HTTP
+clients (kube-apiserver calling the webhooks, kube-scheduler calling the extender) close
+theirs, so the client always closes first. With uvicorn's default of 5 s the server closed
+idle connections while a client was sending its next POST on one: the client saw ``EOF``,
+and Go does not retry a POST, so kube-apiserver refused a pod create (the webhook's failure
+policy) or kube-scheduler failed a filter or bind."""
 
 
 class _Server(uvicorn.Server):
@@ -91,6 +98,7 @@ def _config(app: intake.App, lifespan: Literal["on", "off"], **tls: Any) -> uvic
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         **tls,
     )
 

@@ -67,13 +67,16 @@ class Settings(BaseSettings):
     scheduler_name: str = pydantic.Field(default="vnpu-scheduler", min_length=1)
     """The kube-scheduler profile the webhook assigns NPU pods to."""
     lock_ttl: float = pydantic.Field(default=300.0, gt=0)
-    """Age after which a node lock may be taken over (HAMi: 5 minutes)."""
+    """Age after which a node lock may be taken over once its owner no longer waits for
+    Allocate (HAMi: 5 minutes); a lock whose owner is unbound goes after ``bind_timeout``."""
     lock_wait: float = pydantic.Field(default=20.0, ge=0)
     """How long a bind waits for a node lock held by another pod before giving up."""
     lock_clock_skew: float = pydantic.Field(default=30.0, ge=0)
     """A node lock dated further than this in the future is invalid (a wrong clock wrote it)."""
     bind_timeout: float = pydantic.Field(default=25.0, gt=0)
-    """Every bind answers within this, lock wait included; one cut short is rolled back."""
+    """Every bind answers within this, lock wait included; one cut short is rolled back. A node
+    lock whose owner pod is still unbound this long after this replica first saw it is taken
+    over (its bind has ended, or died with its replica). The same on every replica."""
     release_lock_after_bind: bool = False
     """Release the node lock right after the Binding, for device plugins that never release it."""
     bind_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -211,10 +214,14 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--policy", "default policy: best-fit, binpack or spread (default best-fit)"),
     ("--handshake-timeout", "seconds after which a silent device plugin's node is unavailable"),
     ("--scheduler-name", "schedulerName the webhook sets on NPU pods (default vnpu-scheduler)"),
-    ("--lock-ttl", "seconds after which a node lock may be taken over (default 300)"),
+    ("--lock-ttl", "seconds after which a bound pod's node lock may be taken over (default 300)"),
     ("--lock-wait", "seconds a bind waits for a busy node lock (default 20)"),
     ("--lock-clock-skew", "seconds a node lock may be dated in the future (default 30)"),
-    ("--bind-timeout", "seconds one bind may take before it is rolled back (default 25)"),
+    (
+        "--bind-timeout",
+        "seconds one bind may take before it is rolled back; an unbound pod's node lock is "
+        "taken over after it (default 25; the same on every replica)",
+    ),
     ("--bind-attempts", "tries per API write in a bind (default 5)"),
     ("--api-timeout", "seconds per Kubernetes API call (default 10)"),
     ("--watch-timeout", "seconds per watch request (default 300)"),

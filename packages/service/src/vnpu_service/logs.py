@@ -12,11 +12,17 @@ By default a structlog event travels through the stdlib ``logging`` machinery as
 straight to stdout instead, without a ``LogRecord`` and without ``logger``: less than half
 the CPU per line (``benchmarks/bench_logs.py``), for a service that writes a line per
 request on its event loop (the scheduler).
+
+``configure`` also makes ``SIGUSR1`` write the stack of every thread to stderr (plain text,
+``faulthandler``'s format), so that a service that stops answering can be asked where it is
+(``kill -USR1 <pid>``) without stopping it.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -96,6 +102,8 @@ def configure(
         adopted.propagate = True
     for name in quiet:
         logging.getLogger(name).setLevel(logging.WARNING)
+    if sys.__stderr__ is not None:  # the process's own stderr, even where sys.stderr is replaced
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
 
 
 def _threshold(level: str) -> int:

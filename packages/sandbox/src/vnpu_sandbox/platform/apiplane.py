@@ -14,8 +14,9 @@ plugin) and talks to the same binaries an operator's cluster runs, built by ``ma
 
 Nodes are cluster-scoped, so no namespace keeps one test's nodes from another's: ``clear``
 deletes every node and every object the test left in the cluster-scoped kinds vnpu's
-services read (webhook configurations, priority classes), and every object in the test's
-namespace, so the next test starts on the cluster the session started with. Tests that
+services read or the chart installs (webhook configurations, admission policies and their
+bindings, priority classes), and every object in the test's namespace, so the next test
+starts on the cluster the session started with. Tests that
 share a plane run one after the other (pytest-xdist would give each worker a plane).
 
 Failures are ``controlplane.ControlPlaneError`` (binaries missing: the message says how to
@@ -64,6 +65,8 @@ _CLUSTER = (
     "/api/v1/nodes",
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "/apis/scheduling.k8s.io/v1/priorityclasses",
     "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
     "/api/v1/namespaces/kube-system/configmaps",

@@ -17,6 +17,10 @@ Who is who, as kube-apiserver's x509 authenticator reads the client certificates
   creates (``system:serviceaccount:kube-system:vnpu-<part>``), with the chart's own RBAC
   objects when ``up --rbac`` names the rendered chart, else bound to ``cluster-admin``.
 
+With ``up --rbac`` the chart's ValidatingAdmissionPolicies and their bindings are applied too,
+so kube-apiserver refuses what the chart makes it refuse on a real cluster (NPU pods with
+``spec.nodeName``, decision annotations written by anyone but vnpu's service accounts).
+
 Failures are ``ControlPlaneError`` (binaries missing: the message says how to build them).
 """
 
@@ -47,6 +51,7 @@ ADMISSION_PLUGINS = (
     "ResourceQuota",
     "MutatingAdmissionWebhook",
     "ValidatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
 )
 NAMESPACE = "kube-system"
 SERVICES = ("vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter")
@@ -334,14 +339,16 @@ def ca_bundle(plane: Plane) -> str:
 
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def rbac_documents(chart: Path | None = None) -> list[dict[str, Any]]:
-    """vnpu's service accounts and their rights.
+    """vnpu's service accounts, their rights, and what only they may write.
 
-    With ``chart`` (the chart rendered to YAML, ``make chart OUT=FILE``), its RBAC objects as
-    they are, so the real authorizer judges the chart's roles; without, the service accounts
-    bound to cluster-admin.
+    With ``chart`` (the chart rendered to YAML, ``make chart OUT=FILE``), its RBAC objects and
+    its admission policies with their bindings, as they are, so the real authorizer judges the
+    chart's roles and kube-apiserver enforces the chart's policies; without, the service
+    accounts bound to cluster-admin and no policy.
     """
     if chart is not None:
         try:
@@ -351,7 +358,10 @@ def rbac_documents(chart: Path | None = None) -> list[dict[str, Any]]:
         found = [d for d in documents if isinstance(d, dict) and d.get("kind") in RBAC_KINDS]
         if not found:
             raise ControlPlaneError(f"--rbac {chart}: no {', '.join(RBAC_KINDS)} in it")
-        return found
+        policies = [
+            d for d in documents if isinstance(d, dict) and d.get("kind") in ADMISSION_KINDS
+        ]
+        return [*found, *policies]
     subjects = [{"kind": "ServiceAccount", "name": s, "namespace": NAMESPACE} for s in SERVICES]
     accounts = [
         {
@@ -387,6 +397,10 @@ _COLLECTIONS = {
     ),
     "ValidatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    ),
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
     ),
 }
 

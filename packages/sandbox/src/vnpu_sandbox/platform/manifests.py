@@ -3,8 +3,10 @@
 Each mirrors what the Helm chart renders for a real cluster (``deploy/helm/vnpu``), with the
 sandbox's loopback addresses instead of Services: kube-scheduler reads the chart's
 ``KubeSchedulerConfiguration`` (a test compares the two), the webhook configurations differ
-only in using ``clientConfig.url``, and Prometheus scrapes the jobs the alert rules expect
-(``vnpu-exporter``, ``vnpu-device-plugin``, ``vnpu-scheduler``).
+only in using ``clientConfig.url`` (they too see NPU pods only and fail closed), and
+Prometheus scrapes the jobs the alert rules expect (``vnpu-exporter``, ``vnpu-device-plugin``,
+``vnpu-scheduler``). The chart's admission policies are not mirrored: ``up --rbac`` applies
+them from the rendered chart itself (``controlplane.rbac_documents``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ EXTENDER_TIMEOUT_SECONDS = 30
 WEBHOOK_TIMEOUT_SECONDS = 10
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"
 WEBHOOK_EXCLUDED_NAMESPACES = ("kube-system",)
+NPU_RESOURCE_PREFIX = "huawei.com/"
+"""Every NPU resource name starts with it: vnpu's and HAMi's chip models, Huawei's own names."""
+
+
+def npu_pod_expression(prefix: str = NPU_RESOURCE_PREFIX) -> str:
+    """CEL that holds for a pod (``object``) with a container or init container asking for an
+    NPU resource in its limits or requests: the webhooks' ``matchConditions``."""
+    asks = " || ".join(
+        f"(has(c.resources.{kind}) && c.resources.{kind}.exists(r, r.startsWith('{prefix}')))"
+        for kind in ("limits", "requests")
+    )
+    container = f"has(c.resources) && ({asks})"
+    return (
+        f"object.spec.containers.exists(c, {container}) || (has(object.spec.initContainers)"
+        f" && object.spec.initContainers.exists(c, {container}))"
+    )
 
 
 def managed_resources(models: catalog.Catalog = catalog.BUILTIN) -> list[Json]:
@@ -64,6 +82,8 @@ def kube_scheduler_config(extender_url: str, scheduler_name: str = SCHEDULER_NAM
 def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> list[Json]:
     """The mutating and validating configurations of vnpu-scheduler's admission webhooks.
 
+    Only NPU pods are sent to them, and an NPU pod is refused while they do not answer
+    (``failurePolicy: Fail``): it is never created unrounded for the default scheduler.
     ``ca_bundle`` (base64 PEM) is what kube-apiserver verifies an ``https`` URL against.
     """
     documents = []
@@ -72,7 +92,7 @@ def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> 
             "name": f"{verb}.vnpu.io",
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
-            "failurePolicy": "Ignore",
+            "failurePolicy": "Fail",
             "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
             "clientConfig": {"url": f"{scheduler_url}/{verb}"}
             | ({"caBundle": ca_bundle} if ca_bundle else {}),
@@ -99,6 +119,7 @@ def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> 
                     {"key": WEBHOOK_IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}
                 ]
             },
+            "matchConditions": [{"name": "npu-pod", "expression": npu_pod_expression()}],
         }
         if kind == "Mutating":
             webhook["reinvocationPolicy"] = "Never"
