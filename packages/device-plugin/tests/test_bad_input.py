@@ -113,7 +113,10 @@ def test_a_pod_no_npu_scheduler_placed_fails_with_a_reason(running: Node, kit: K
     kit.wait_for(lambda: node.api.phase("direct") == "Failed", what="rejected")
     message = node.api.pod("direct")["status"]["message"]
     assert "FailedPrecondition" in message or "FAILED_PRECONDITION" in message
-    assert "no pod bound to this node waits for devices" in message
+    assert (
+        f"kubelet is admitting pod {node.namespace}/direct, which has no decision for this node"
+        in message
+    )
     node.api.place("fine", [[kit.Grant(0, "vir01", 3072)]])
     kit.wait_for(lambda: node.running("fine"))
 
@@ -129,8 +132,8 @@ def test_a_decision_for_another_device_count_is_refused_after_waiting(
     kit.wait_for(lambda: node.api.phase("asks-one") == "Failed", what="count mismatch rejected")
     message = node.api.pod("asks-one")["status"]["message"]
     assert (
-        "kubelet asks for 1 device(s); no waiting pod matches "
-        f"({node.namespace}/asks-one needs 2)" in message
+        f"kubelet is admitting pod {node.namespace}/asks-one, whose next container needs 2 "
+        "device(s), but kubelet asks for 1" in message
     )
     assert node.api.annotations("asks-one")[protocol.BIND_PHASE_KEY] == "allocating"  # not its turn
 

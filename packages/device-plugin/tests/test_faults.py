@@ -167,7 +167,7 @@ def test_allocate_answers_unavailable_when_the_api_cannot_be_read(node: Node, ki
     proxy = node.through_proxy()
     node.start_plugin()
     kit.wait_for(lambda: node.capacity() == (28, 28))
-    proxy.inject("GET", r"/api/v1/nodes/", 503, times=1000)
+    proxy.inject("GET", r"^/api/v1/pods\?(?!.*watch=true)", 503, times=1000)  # the pod list
     device = f"{node.api.uuid(0)}-0"
     request = api_pb2.AllocateRequest(
         container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[device])]

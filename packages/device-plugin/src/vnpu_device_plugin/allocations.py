@@ -5,8 +5,9 @@ time; the reconciler takes the same lock), which an Allocate waiting for its pod
 in the API does not hold:
 
 1. map kubelet's device ids to chips (an id we never advertised: ``UnknownDevice``);
-2. identify the pod (``finder``); a pod whose annotations or names cannot be served is
-   failed;
+2. identify the pod (``finder``: the one pod bound here that could be the one, as kubelet's
+   PodResources settles it, with a decision that fits; anything else is refused, never
+   guessed); a pod whose annotations or names cannot be served is failed;
 3. check the containers' decision against what is held on their chips (``holdings``: the
    grant book, the ledger, kubelet's PodResources); a decision that takes what a live pod
    holds, or goes over a budget, fails the pod (``GrantConflict``) with a Warning event;
@@ -29,8 +30,9 @@ never touched.
 The device ids a served pod's regular containers got are remembered
 (``podresources.Handouts``) so a pod created again under the same name is told apart from
 the old one in PodResources. ``GetPreferredAllocation`` returns ids on the chips of the
-next container of the pod the finder expects, so kubelet's own records (checkpoint,
-PodResources) name the real chips. ``service`` calls both.
+next container of the pod the finder expects (``finder.guess``, a hint that decides
+nothing), so kubelet's own records (checkpoint, PodResources) name the real chips.
+``service`` calls both.
 """
 
 from __future__ import annotations
@@ -331,6 +333,8 @@ class Allocations:
                     raise errors.PodNotIdentified(
                         self._inventory.node,
                         f"pod {plan.who} changed while it was served ({key} is now {notes.get(key)!r})",
+                        (plan.who,),
+                        reason="pod_changed",
                     ) from None
                 version = str(meta.get("resourceVersion", ""))
         raise AssertionError("unreachable")

@@ -10,7 +10,7 @@ put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``Grant
     ├── SettingsError       a flag, environment value, file or kubeconfig is invalid at start (field, value)
     ├── AllocateError       one Allocate cannot be served (its ``code`` is the gRPC status name)
     │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
-    │   ├── PodNotIdentified no pod, or no single pod, matches the request       -> FAILED_PRECONDITION
+    │   ├── PodNotIdentified not one pod with a decision that fits (reason)       -> FAILED_PRECONDITION
     │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
     │   ├── InvalidName     a pod, namespace, container name or UID is malformed (field, value) -> INVALID_ARGUMENT
     │   ├── GrantConflict   the decision takes what this plugin granted a live pod (chip, reason)
@@ -64,17 +64,30 @@ class UnknownDevice(AllocateError):
         super().__init__(f"device id {device_id!r}: {problem}")
 
 
+IDENTIFY_REASONS = (
+    "no_candidate",  # no pod bound to the node could be the one kubelet admits
+    "no_decision",  # the one pod it can be has no decision for this node
+    "decision_mismatch",  # the one pod it can be needs other device counts
+    "ambiguous",  # several pods could be the one and kubelet's records do not settle it
+    "pod_changed",  # the pod changed under the plugin while it was served
+)
+
+
 class PodNotIdentified(AllocateError):
-    """No pod (or more than one pod) fits the Allocate; ``candidates`` were looked at."""
+    """The Allocate cannot be tied to one pod with a decision that fits; ``candidates`` are
+    the pods that could be the one, ``reason`` one of ``IDENTIFY_REASONS``."""
 
     code = "FAILED_PRECONDITION"
     result = "pod_not_identified"
     retryable = True
 
-    def __init__(self, node: str, problem: str, candidates: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, node: str, problem: str, candidates: tuple[str, ...] = (), *, reason: str
+    ) -> None:
         self.node = node
         self.problem = problem
         self.candidates = candidates
+        self.reason = reason
         super().__init__(f"node {node}: {problem}")
 
 

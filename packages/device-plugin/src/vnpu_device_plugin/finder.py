@@ -1,38 +1,53 @@
 """Which pod an Allocate is for: kubelet does not say, so the plugin works it out, or refuses.
 
-Kubelet's Allocate carries device ids only. The scheduler's decision is on the pod, so the
-plugin has to identify the pod kubelet is admitting, and a wrong guess gives one pod
-another's chips (HAMi #15, #781, #3076, #3096). The rule, in order:
+Kubelet's Allocate and GetPreferredAllocation carry device ids only. The scheduler's decision
+is on the pod, so the plugin has to identify the pod kubelet is admitting, and a wrong guess
+gives one pod another's chips (HAMi #15, #781, #3076, #3096), or gives a pod that has no
+decision at all the vNPU of one that has. So the plugin never guesses between pods:
 
-1. **The lock owner.** When ``hami.io/mutex.lock`` names a pod (HAMi's and vnpu's
-   schedulers write ``<time>,<namespace>,<pod>``) that is waiting here and whose next
-   container needs as many devices as kubelet asks for, it is that pod.
-2. **Steered match.** Otherwise, among the pods bound to this node in bind-phase
-   ``allocating`` with containers left to serve (a bare Volcano lock names nobody): those
-   whose next container needs that many devices *on the chips of kubelet's ids*.
-   ``GetPreferredAllocation`` steered kubelet to those chips, so this is a strong match.
-3. **Count match.** Failing that, and only when no lock owner is waiting, a pod whose
-   next container needs that many devices.
+1. **The candidates.** Every pod the API shows bound to this node, Pending, with a container
+   of its spec asking for as many devices of the resource as kubelet asks for (or a decision
+   whose next container needs that many), that this plugin has neither served in full (the
+   grant book names every container of its spec asking for the resource) nor refused. A
+   pod without a decision is a candidate, and so is a pod being deleted: kubelet may be
+   admitting either. Nothing a tenant can write on its own pod (annotations, bind-phase, the
+   node lock) takes it out of the candidates.
+2. **Kubelet's own records.** Kubelet admits one pod at a time and adds it to the pods its
+   PodResources ``List`` reports before it admits it: a pod waiting its turn is not listed
+   yet, a rejected one is not listed any more, an admitted one shows its devices. When
+   PodResources answers, only the candidates it lists with a container asking for the
+   resource that holds no device yet stay (a candidate whose only containers asking are
+   run-to-completion init containers, which PodResources does not show, stays while listed).
+3. **One candidate, with a decision that fits.** When exactly one candidate is left, it waits
+   here (bind-phase ``allocating``, ``hami.io/vgpu-node`` this node, containers left) and its
+   next container(s) need as many devices as kubelet asks for, the Allocate is its (``how``
+   says ``kubelet`` when PodResources settled it, ``only-candidate`` when it did not answer).
+   Nothing else breaks a tie: not the node lock (it may name another pod than the one
+   kubelet admits, HAMi #3096), not the chips GetPreferredAllocation steered kubelet to,
+   not an order.
 
-Among several matches the first in kubelet's admission order wins (``admission_order``):
-a pod already partly served (kubelet admits one pod at a time, container by container),
-then binding order (the order pods reach kubelet), then creation time (how kubelet sorts
-pods that reach it together). HAMi takes the first pod in API list order. Creation order
-alone would be wrong for pods bound apart, which kubelet admits in the order they were
-bound; so binding order comes first and creation only breaks ties.
+Every other outcome is ``errors.PodNotIdentified`` (``FAILED_PRECONDITION``; kubelet then fails
+the pod it admits with ``UnexpectedAdmissionError``) with its ``reason`` and the candidates:
 
-A pod whose annotations cannot be read is only named when it is certain (the lock owner,
-or the only pod waiting); then Allocate fails that pod with the annotation's key. When
-nothing matches and some pod bound here could still become the one (Pending, not served
-yet, a container of its spec asking for as many devices of this resource as kubelet does:
-its decision may not be visible yet), the finder reads the API again until ``wait``
-seconds have passed; when no pod could, it answers at once. Either way it raises
-``errors.PodNotIdentified`` with what it saw. The caller's lock is held for each look and
-for serving what it found, never while waiting, so an Allocate that waits does not hold
-up the others. Without an owner lock two waiting pods with the same device count are told
-apart only by this order: a node shared by schedulers that do not lock can still be served
-wrongly. ``allocations`` calls ``find`` for Allocate and ``guess`` for
-GetPreferredAllocation.
+* ``no_candidate``: no pod bound here could be the one, or kubelet lists none of those that
+  could: answered at once;
+* ``no_decision``: the one candidate has no decision for this node: the API is read again
+  until ``wait`` seconds have passed (its decision may not show yet), then refused; another
+  pod's decision is never handed to it;
+* ``decision_mismatch``: the one candidate's next containers need other device counts than
+  kubelet asks for: refused after ``wait``;
+* ``ambiguous``: more than one candidate, and kubelet's records do not settle it
+  (PodResources does not answer, or lists several): read again until ``wait`` (a refused
+  pod's Failed status lands, a decision shows), then refused, naming them all.
+
+The one candidate whose decision cannot be read is found with ``Found.broken``: Allocate fails
+that pod with the annotation's key. A pod whose Allocate was answered with an error after it
+was identified (``no_decision``, ``decision_mismatch``, a failed serve) is remembered as
+refused, since kubelet fails it and never admits it again: so it stops being a candidate
+before its Failed status reaches the API. Each look at the API and PodResources, and serving
+what it found, run under the caller's lock; the pauses between looks do not, so an Allocate
+that waits does not hold up the others. ``allocations`` calls ``find`` for Allocate and
+``guess`` for GetPreferredAllocation.
 """
 
 from __future__ import annotations
@@ -45,21 +60,23 @@ from typing import Any, TypeVar
 
 import structlog
 
-from vnpu_core import coordination, protocol
-from vnpu_core import errors as core_errors
-from vnpu_device_plugin import cluster, devices, errors, metrics, podplan
+from vnpu_core import protocol
+from vnpu_device_plugin import cluster, devices, errors, grants, metrics, podplan, podresources
 from vnpu_device_plugin.npu import backend
-from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
 T = TypeVar("T")
 Unservable = errors.BadAnnotation | errors.InvalidName
+Chips = Sequence[Sequence[backend.ChipInfo]]
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("metadata") or {}
 
 
 def _who(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
+    return f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,7 @@ class Found:
     pod: Json
     plan: podplan.PodPlan | None
     broken: Unservable | None = None
-    how: str = ""  # lock-owner, steered, count, only-pod
+    how: str = ""  # kubelet (PodResources settled it) or only-candidate
 
     @property
     def who(self) -> str:
@@ -79,7 +96,7 @@ class Found:
 @dataclass(frozen=True)
 class _Candidate:
     pod: Json
-    plan: podplan.PodPlan | None
+    plan: podplan.PodPlan | None  # its decision, when it waits here and can be read
     broken: Unservable | None
 
     @property
@@ -87,9 +104,22 @@ class _Candidate:
         return _who(self.pod)
 
     @property
+    def uid(self) -> str:
+        return str(_meta(self.pod).get("uid", ""))
+
+    @property
     def order(self) -> tuple[bool, int, int, str, str, str]:
         """Kubelet's admission order, as well as the pod shows it (see ``admission_order``)."""
         return admission_order(self.pod, self.plan is not None and self.plan.started)
+
+    def shown(self) -> str:
+        """The pod and what its decision says, for messages."""
+        if self.broken is not None:
+            return f"{self.who} (decision unreadable)"
+        if self.plan is None:
+            return f"{self.who} (no decision)"
+        needs = "+".join(str(len(c.devices)) for c in self.plan.pending) or "0"
+        return f"{self.who} (decision for {needs} device(s))"
 
 
 _LAST = 2**63
@@ -98,13 +128,12 @@ _LAST = 2**63
 def admission_order(pod: Mapping[str, Any], started: bool) -> tuple[bool, int, int, str, str, str]:
     """The order kubelet admits waiting pods in, as far as the API can tell.
 
-    A pod some of whose containers were served already comes first: kubelet admits one
-    pod at a time, container by container. Then the order pods reached kubelet, which is
-    the order they were bound (``hami.io/bind-time``, then the Binding's resourceVersion:
-    a waiting pod is not written after its Binding); kubelet sorts only pods that reach
-    it together by creation time, which comes next, then the name.
+    Only for the order candidates are shown in and the hint GetPreferredAllocation gives: it
+    never decides which pod an Allocate is for. A pod some of whose containers were served
+    comes first, then binding order (``hami.io/bind-time``, then the Binding's
+    resourceVersion), creation time, and the name.
     """
-    meta = pod.get("metadata") or {}
+    meta = _meta(pod)
     notes: Mapping[str, str] = meta.get("annotations") or {}
     bound = notes.get(protocol.BIND_TIME_KEY, "")
     version = str(meta.get("resourceVersion", ""))
@@ -120,7 +149,7 @@ def admission_order(pod: Mapping[str, Any], started: bool) -> tuple[bool, int, i
 
 def _waiting_here(pod: Mapping[str, Any], node: str, word: str) -> bool:
     """Bound to ``node``, Pending, not being deleted, in bind-phase allocating, devices left."""
-    meta = pod.get("metadata") or {}
+    meta = _meta(pod)
     notes: Mapping[str, str] = meta.get("annotations") or {}
     return (
         (pod.get("spec") or {}).get("nodeName") == node
@@ -132,61 +161,69 @@ def _waiting_here(pod: Mapping[str, Any], node: str, word: str) -> bool:
     )
 
 
-def _asks_for(pod: Mapping[str, Any], resource: str, count: int) -> bool:
-    """Some container of the pod's spec (init or not) asks for ``count`` of ``resource``."""
+def _asking(pod: Mapping[str, Any], resource: str) -> list[tuple[str, int, bool]]:
+    """(name, device count, shown by PodResources) of every container of the pod's spec that
+    asks for ``resource``; PodResources shows regular and sidecar containers only."""
     spec = pod.get("spec") or {}
-    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-        resources = container.get("resources") or {}
-        for part in ("limits", "requests"):
-            if str((resources.get(part) or {}).get(resource, "")) == str(count):
-                return True
-    return False
+    found = []
+    for kind in ("initContainers", "containers"):
+        for container in spec.get(kind) or []:
+            resources = container.get("resources") or {}
+            asked = str((resources.get("limits") or {}).get(resource, "")) or str(
+                (resources.get("requests") or {}).get(resource, "")
+            )
+            if asked.isdigit() and int(asked) > 0:
+                shown = kind == "containers" or container.get("restartPolicy") == "Always"
+                found.append((str(container.get("name", "")), int(asked), shown))
+    return found
 
 
-def _may_become(pod: Mapping[str, Any], node: str, resource: str, count: int) -> bool:
-    """The pod could still be the one an Allocate for ``count`` devices is for, once its
-    decision shows: bound here, Pending, not being deleted, not served or failed yet, and
-    a container asking for that many devices."""
-    meta = pod.get("metadata") or {}
-    phase = (meta.get("annotations") or {}).get(protocol.BIND_PHASE_KEY)
-    return (
-        (pod.get("spec") or {}).get("nodeName") == node
-        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-        and not meta.get("deletionTimestamp")
-        and phase not in (protocol.BindPhase.SUCCESS.value, protocol.BindPhase.FAILED.value)
-        and _asks_for(pod, resource, count)
-    )
+def _admitting(pod: Mapping[str, Any], listing: podresources.Listing, resource: str) -> bool:
+    """Whether kubelet may be admitting the pod now, by its PodResources listing: listed, and
+    some container asking for ``resource`` holds none of its devices yet."""
+    namespace, name = str(_meta(pod).get("namespace")), str(_meta(pod).get("name"))
+    if not listing.lists(namespace, name):
+        return False
+    listed = listing.containers.get((namespace, name))
+    shown = [n for n, _count, visible in _asking(pod, resource) if visible]
+    if not listed or not shown:
+        return True  # listed, but what it holds cannot be told
+    return any(not all(entry.get(n) for n in shown) for entry in listed)
 
 
-@dataclass(frozen=True)
-class _Look:
-    """One look at the API: what was found, or what was seen instead."""
-
-    found: Found | None
-    owner: _Candidate | None
-    waiting: list[_Candidate]
-    prospects: int  # pods bound here that may still turn out to be the one
-
-
-def _fits(plan: podplan.PodPlan | None, chips: Sequence[Sequence[backend.ChipInfo]]) -> bool:
+def _fits(plan: podplan.PodPlan | None, chips: Chips) -> bool:
     """The plan's next containers need as many devices as kubelet asks for, container by container."""
     if plan is None or len(plan.pending) < len(chips):
         return False
     return all(len(c.devices) == len(ids) for c, ids in zip(plan.pending, chips, strict=False))
 
 
-def _on_chips(plan: podplan.PodPlan | None, chips: Sequence[Sequence[backend.ChipInfo]]) -> bool:
+def _on_chips(plan: podplan.PodPlan, chips: Chips) -> bool:
     """Kubelet's ids are on exactly the chips of the plan's next containers."""
-    if plan is None:
-        return False
     return all(
         c.chip_uuids == tuple(sorted(chip.uuid for chip in ids))
         for c, ids in zip(plan.pending, chips, strict=False)
     )
 
 
+def _next_needs(plan: podplan.PodPlan, count: int) -> bool:
+    return bool(plan.pending) and len(plan.pending[0].devices) == count
+
+
+@dataclass(frozen=True)
+class _Look:
+    """One look at the API and PodResources: what was found, or why nothing was."""
+
+    found: Found | None
+    seen: list[_Candidate]  # the API's candidates
+    left: list[_Candidate]  # those kubelet's records did not rule out
+    kubelet: bool  # PodResources answered
+    reason: str  # errors.IDENTIFY_REASONS, when nothing was found
+
+
 class Finder:
-    """Identifies pods for ``inventory``'s node through ``api``."""
+    """Identifies pods for ``inventory``'s node through ``api``, ``kubelet`` (PodResources)
+    and ``book`` (the grant book: which pods this plugin served)."""
 
     def __init__(
         self,
@@ -194,123 +231,102 @@ class Finder:
         inventory: devices.Inventory,
         stats: metrics.Metrics,
         *,
+        kubelet: Callable[[], podresources.Listing | None],
+        book: grants.Book,
         attempts: int,
         wait: float,
     ) -> None:
         self._api = api
         self._inventory = inventory
         self._stats = stats
+        self._kubelet = kubelet
+        self._book = book
         self._attempts = attempts
         self._wait = wait
+        self._refused: set[str] = set()  # UIDs of pods answered with an error once identified
 
-    def _read(self, call: Any) -> Any:
-        return cluster.retrying(call, self._attempts, on_retry=self._stats.retried)
+    def _listed(self) -> list[Json]:
+        node = self._inventory.node
+        pods: list[Json] = cluster.retrying(
+            lambda: self._api.list_pods(node), self._attempts, on_retry=self._stats.retried
+        )
+        return pods
 
     def _candidate(self, pod: Json) -> _Candidate:
+        if not _waiting_here(pod, self._inventory.node, self._inventory.common_word):
+            return _Candidate(pod, None, None)
         try:
             return _Candidate(pod, podplan.read(pod, self._inventory), None)
         except (errors.BadAnnotation, errors.InvalidName) as exc:
             return _Candidate(pod, None, exc)
 
-    def _owner(self) -> _Candidate | None:
-        """The pod the node lock names, when it is waiting here (one GET of the node and the pod)."""
-        node = self._inventory.node
-        obj: Json = self._read(lambda: self._api.get_node(node))
-        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(protocol.NODE_LOCK_KEY)
-        if raw is None:
-            return None
-        try:
-            lock = coordination.decode_lock(raw)
-        except core_errors.ProtocolError as exc:
-            log.warning("node_lock_unreadable", node=node, value=raw, error=exc.problem)
-            return None
-        if lock.namespace is None or lock.name is None:
-            return None
-        namespace, name = lock.namespace, lock.name
-        try:
-            pod: Json = self._read(lambda: self._api.get_pod(namespace, name))
-        except kubeapi.NotFound:
-            return None
-        if not _waiting_here(pod, node, self._inventory.common_word):
-            return None
-        return self._candidate(pod)
+    def _served_in_full(self, pod: Json, served: Mapping[str, set[str]]) -> bool:
+        """The grant book names every container of the pod's spec that asks for the resource."""
+        given = served.get(str(_meta(pod).get("uid", "")))
+        if not given:
+            return False
+        return all(n in given for n, _c, _s in _asking(pod, self._inventory.resource_name))
 
-    def _listed(self) -> list[Json]:
-        node = self._inventory.node
-        pods: list[Json] = self._read(lambda: self._api.list_pods(node))
-        return pods
-
-    def _waiting(self, pods: list[Json] | None = None) -> list[_Candidate]:
-        """Every pod waiting here, in admission order (one LIST of the node's pods)."""
-        node = self._inventory.node
-        word = self._inventory.common_word
-        listed = self._listed() if pods is None else pods
-        waiting = [self._candidate(p) for p in listed if _waiting_here(p, node, word)]
-        waiting.sort(key=lambda c: c.order)
-        return waiting
-
-    @staticmethod
-    def _by_owner(
-        owner: _Candidate | None, chips: Sequence[Sequence[backend.ChipInfo]]
-    ) -> Found | None:
-        if owner is None:
-            return None
-        if owner.broken is not None:
-            return Found(owner.pod, None, owner.broken, "lock-owner")
-        if _fits(owner.plan, chips):
-            return Found(owner.pod, owner.plan, None, "lock-owner")
-        return None
-
-    def _decide(
-        self,
-        owner: _Candidate | None,
-        waiting: list[_Candidate],
-        chips: Sequence[Sequence[backend.ChipInfo]],
-    ) -> Found | None:
-        steered = [c for c in waiting if _fits(c.plan, chips) and _on_chips(c.plan, chips)]
-        if steered:
-            return Found(steered[0].pod, steered[0].plan, None, "steered")
-        if owner is not None:
-            return None  # the lock names a pod still waiting: do not hand its turn to another
-        counted = [c for c in waiting if _fits(c.plan, chips)]
-        if counted:
-            return Found(counted[0].pod, counted[0].plan, None, "count")
-        if len(waiting) == 1 and waiting[0].broken is not None:
-            return Found(waiting[0].pod, None, waiting[0].broken, "only-pod")
-        return None
-
-    def _look(self, chips: Sequence[Sequence[backend.ChipInfo]]) -> _Look:
-        owner = self._owner()
-        found = self._by_owner(owner, chips)
-        if found is not None:
-            return _Look(found, owner, [], 0)
+    def _candidates(
+        self, count: int, fits: Callable[[_Candidate], bool]
+    ) -> tuple[list[_Candidate], list[_Candidate], bool]:
+        """The API's candidates for an Allocate of ``count`` devices (first container), and
+        those kubelet's records leave; whether PodResources answered."""
         pods = self._listed()
-        waiting = self._waiting(pods)
-        found = self._decide(owner, waiting, chips)
-        if found is not None:
-            if found.how == "count":
-                log.warning(
-                    "allocate_not_on_scheduled_chips",
-                    pod=found.who,
-                    kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
-                )
-            return _Look(found, owner, waiting, 0)
+        listing = self._kubelet()
+        served: dict[str, set[str]] = {}
+        for grant in self._book.records():
+            served.setdefault(grant.pod_uid, set()).add(grant.container)
+        self._refused &= {str(_meta(p).get("uid", "")) for p in pods}  # forget pods gone
         node, resource = self._inventory.node, self._inventory.resource_name
+        seen = []
+        for pod in pods:
+            if (pod.get("spec") or {}).get("nodeName") != node:
+                continue
+            if (pod.get("status") or {}).get("phase", "Pending") not in ("Pending", ""):
+                continue
+            candidate = self._candidate(pod)
+            asks = any(c == count for _n, c, _s in _asking(pod, resource)) or fits(candidate)
+            if (
+                asks
+                and candidate.uid not in self._refused
+                and not self._served_in_full(pod, served)
+            ):
+                seen.append(candidate)
+        seen.sort(key=lambda c: c.order)
+        if listing is None:
+            return seen, list(seen), False
+        return seen, [c for c in seen if _admitting(c.pod, listing, resource)], True
+
+    def _look(self, chips: Chips) -> _Look:
         count = len(chips[0]) if chips else 0
-        prospects = sum(1 for p in pods if _may_become(p, node, resource, count))
-        return _Look(None, owner, waiting, prospects)
+        seen, left, kubelet = self._candidates(count, lambda c: _fits(c.plan, chips))
+        if len(left) != 1:
+            return _Look(None, seen, left, kubelet, "ambiguous" if left else "no_candidate")
+        one = left[0]
+        how = "kubelet" if kubelet else "only-candidate"
+        if one.broken is not None:
+            return _Look(Found(one.pod, None, one.broken, how), seen, left, kubelet, "")
+        if one.plan is None:
+            return _Look(None, seen, left, kubelet, "no_decision")
+        if not _fits(one.plan, chips):
+            return _Look(None, seen, left, kubelet, "decision_mismatch")
+        if not _on_chips(one.plan, chips):
+            log.warning(
+                "allocate_not_on_scheduled_chips",
+                pod=one.who,
+                kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
+            )
+        return _Look(Found(one.pod, one.plan, None, how), seen, left, kubelet, "")
 
     def find(
-        self,
-        chips: Sequence[Sequence[backend.ChipInfo]],
-        lock: AbstractContextManager[Any],
-        serve: Callable[[Found], T],
+        self, chips: Chips, lock: AbstractContextManager[Any], serve: Callable[[Found], T]
     ) -> T:
         """``serve`` the pod kubelet's Allocate (devices on ``chips``, per container) is for.
 
-        Each look at the API and ``serve`` run under ``lock``; the pauses between looks do
-        not. Raises ``errors.PodNotIdentified`` after ``wait`` seconds, or at once when no
-        pod bound here could be the one.
+        Each look and ``serve`` run under ``lock``; the pauses between looks do not. Raises
+        ``errors.PodNotIdentified`` at once when no pod can be the one, else after ``wait``
+        seconds without one candidate whose decision fits.
         """
         start = time.monotonic()
         deadline = start + self._wait
@@ -319,58 +335,73 @@ class Finder:
             with lock:
                 look = self._look(chips)
                 if look.found is not None:
-                    return serve(look.found)
+                    try:
+                        return serve(look.found)
+                    except BaseException:
+                        self._refused.add(str(_meta(look.found.pod).get("uid", "")))
+                        raise
             now = time.monotonic()
-            if not look.prospects or now >= deadline:
+            if look.reason == "no_candidate" or now >= deadline:
+                if look.reason in ("no_decision", "decision_mismatch"):
+                    with lock:  # kubelet fails the pod: it will not be admitted again
+                        self._refused.add(look.left[0].uid)
                 raise errors.PodNotIdentified(
                     self._inventory.node,
                     _why(look, chips, now - start, self._inventory.resource_name),
-                    tuple(c.who for c in look.waiting),
+                    tuple(c.who for c in (look.left or look.seen)),
+                    reason=look.reason,
                 )
             time.sleep(min(pause, max(0.0, deadline - now)))
             pause = min(pause * 2, 0.5)
 
     def guess(self, count: int) -> podplan.PodPlan | None:
-        """For GetPreferredAllocation (a hint): the plan of the pod whose next container needs
-        ``count`` devices (the lock owner first, else the oldest), or None. Never waits."""
-        owner = self._owner()
-        if owner is not None and owner.plan is not None and _next_needs(owner.plan, count):
-            return owner.plan
-        for candidate in self._waiting():
-            if candidate.plan is not None and _next_needs(candidate.plan, count):
-                return candidate.plan
+        """For GetPreferredAllocation (a hint): the plan of the candidate whose next container
+        needs ``count`` devices when kubelet's records leave one such candidate; when
+        PodResources does not answer, the first in admission order. Never waits."""
+        _seen, left, kubelet = self._candidates(
+            count, lambda c: c.plan is not None and _next_needs(c.plan, count)
+        )
+        decided = [c.plan for c in left if c.plan is not None and _next_needs(c.plan, count)]
+        if decided and (len(left) == 1 or not kubelet):
+            return decided[0]
         return None
 
 
-def _next_needs(plan: podplan.PodPlan, count: int) -> bool:
-    return bool(plan.pending) and len(plan.pending[0].devices) == count
-
-
-def _why(
-    look: _Look,
-    chips: Sequence[Sequence[backend.ChipInfo]],
-    waited: float,
-    resource: str,
-) -> str:
-    owner, waiting = look.owner, look.waiting
+def _why(look: _Look, chips: Chips, waited: float, resource: str) -> str:
     asked = " + ".join(str(len(ids)) for ids in chips)
-    if look.prospects:
-        after = f"after {waited:.1f} s"
-    else:
-        after = f"answered at once: no pod bound here asks for {asked} {resource} in its spec"
-    if owner is not None and owner.plan is not None:
-        needs = " + ".join(str(len(c.devices)) for c in owner.plan.pending[: len(chips)])
+    after = f"after {waited:.1f} s"
+    shown = ", ".join(c.shown() for c in (look.left or look.seen)[:5])
+    if look.reason == "no_candidate":
+        if not look.seen:
+            return (
+                f"no pod bound to this node asks for {asked} {resource} and waits for it "
+                "(answered at once); was the pod scheduled by an NPU-aware scheduler?"
+            )
         return (
-            f"the node lock names pod {owner.who}, whose next container needs {needs} device(s), "
-            f"but kubelet asks for {asked} ({after})"
+            f"kubelet's PodResources lists none of the pods that could be the one ({shown}) "
+            f"as being admitted (answered at once)"
         )
-    if not waiting:
+    if look.reason == "ambiguous":
+        why = (
+            "kubelet's PodResources lists them all as being admitted"
+            if look.kubelet
+            else "kubelet's PodResources does not answer, so nothing tells them apart"
+        )
         return (
-            f"no pod bound to this node waits for devices (bind-phase allocating) {after}; "
-            "was the pod scheduled by an NPU-aware scheduler?"
+            f"kubelet asks for {asked} device(s) and {len(look.left)} pods bound to this node "
+            f"could be the one ({shown}); {why}; refused rather than guessed, {after}"
         )
-    shown = ", ".join(
-        f"{c.who} needs {len(c.plan.pending[0].devices)}" if c.plan else f"{c.who} unreadable"
-        for c in waiting[:5]
+    one = look.left[0]
+    source = "kubelet is admitting" if look.kubelet else "the only pod that can be the one is"
+    if look.reason == "no_decision":
+        return (
+            f"{source} pod {one.who}, which has no decision for this node (bind-phase "
+            f"allocating, {protocol.VGPU_NODE_KEY}) {after}; was it scheduled by an NPU-aware "
+            "scheduler?"
+        )
+    assert one.plan is not None
+    needs = " + ".join(str(len(c.devices)) for c in one.plan.pending[: len(chips)])
+    return (
+        f"{source} pod {one.who}, whose next container needs {needs} device(s), but kubelet "
+        f"asks for {asked} ({after})"
     )
-    return f"kubelet asks for {asked} device(s); no waiting pod matches ({shown}) {after}"

@@ -11,7 +11,8 @@
    leaves a record naming the id, so the reconciler finds the vNPU after a restart.
 
 ``rollback`` undoes what ``provide`` did in one Allocate when a later step fails: records
-are removed and vNPUs no one else owns are destroyed. ``destroy`` is the reconciler's.
+are removed and vNPUs no one else owns are destroyed, once ``custody`` has checked kubelet's
+PodResources. ``destroy`` is the reclaimer's, which asks ``custody`` first itself.
 ``allocations`` and ``reconciler`` call this module, under the plugin's allocation lock.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Collection, Iterable
 
 import structlog
 
-from vnpu_device_plugin import crashpoints, errors, ledger, metrics, podplan
+from vnpu_device_plugin import crashpoints, custody, errors, ledger, metrics, podplan
 from vnpu_device_plugin.npu import backend, limits
 from vnpu_device_plugin.npu import errors as npu_errors
 
@@ -40,11 +41,13 @@ class Lifecycle:
         book: ledger.Ledger,
         stats: metrics.Metrics,
         crash: crashpoints.CrashPoints,
+        keeper: custody.Custody | None = None,
     ) -> None:
         self._npu = npu
         self._book = book
         self._stats = stats
         self._crash = crash
+        self._keeper = keeper
 
     def _free_id(self, chip: backend.ChipInfo) -> int:
         taken = {v.vnpu_id for v in self._npu.vnpus(chip.phy_id)}
@@ -140,7 +143,7 @@ class Lifecycle:
         owned = dataclasses.replace(intent, vnpu_id=created, state=ledger.State.OWNED)
         try:
             self._book.replace(intent, owned)
-        except errors.LedgerError:
+        except errors.LedgerError:  # created a moment ago and never handed out: no custody check
             self._destroy_quietly(chip.phy_id, created, "rollback")
             raise
         self._stats.vnpus_created.inc()
@@ -155,14 +158,22 @@ class Lifecycle:
         return owned
 
     def rollback(self, records: Iterable[ledger.Record]) -> None:
-        """Undo ``provide`` for ``records``: forget them, destroy vNPUs nobody else owns."""
+        """Undo ``provide`` for ``records``: forget them, destroy vNPUs nobody else owns.
+
+        A vNPU ``custody`` says kubelet lists a running container for (one reused from an
+        earlier Allocate), or that kubelet cannot vouch for, stays unowned: the reconciler
+        judges it again later.
+        """
         records = list(records)
         if not records:
             return
         self._book.remove(*records)
         for chip, vnpu_id in dict.fromkeys(r.vnpu for r in records):
-            if not self._book.owners(chip, vnpu_id):
-                self._destroy_quietly(chip, vnpu_id, "rollback")
+            if self._book.owners(chip, vnpu_id):
+                continue
+            if self._keeper is not None and self._keeper.check(chip, vnpu_id, "rollback"):
+                continue
+            self._destroy_quietly(chip, vnpu_id, "rollback")
 
     def destroy(self, chip: int, vnpu_id: int, reason: str) -> None:
         """Destroy a vNPU; raises the backend's error (VnpuInUse, VnpuNotFound, ...)."""

@@ -16,6 +16,7 @@ from the closed sets below, never from pods or chips.
 | ``vnpu_device_plugin_pod_watch_restarts_total`` | ``reason``: ``WATCH_RESTART_REASONS`` |
 | ``vnpu_device_plugin_grant_conflicts_total`` | ``reason``: ``CONFLICT_REASONS`` |
 | ``vnpu_device_plugin_reclaims_withheld_total`` | ``reason``: ``WITHHELD_REASONS`` |
+| ``vnpu_device_plugin_state_disagreements_total`` | ``reason``: ``DISAGREEMENT_REASONS`` |
 | ``vnpu_device_plugin_vnpus_owned`` | |
 | ``vnpu_device_plugin_health_transitions_total`` | ``to``: healthy or unhealthy |
 | ``vnpu_device_plugin_chips`` | ``health``: healthy or unhealthy |
@@ -58,6 +59,11 @@ WITHHELD_REASONS = (
     "granted_to_live_pod",  # the grant book names the vNPU for a pod that is still live
     "unaccounted_holder",  # kubelet lists a live pod with devices on the chip nothing records
     "owner_alive",  # the owner, looked up by name, is still there with its UID
+    "pod_resources_unavailable",  # kubelet's PodResources does not answer: no destroy until it does
+)
+DISAGREEMENT_REASONS = (
+    "unrecorded_holder",  # kubelet lists a running container on the chip the grant book misses
+    "granted_to_running_container",  # the grant book gives the vNPU to a container kubelet runs
 )
 WATCH_RESTART_REASONS = (
     "expired",  # 410: the revision is too old; the pods are listed again
@@ -122,6 +128,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.state_disagreements = Counter(
+            "vnpu_device_plugin_state_disagreements",
+            "vNPUs kept because kubelet's PodResources lists a running container that may hold "
+            "them while the ledger and the grant book say nobody needs them, by what disagreed.",
+            ["reason"],
+            registry=r,
+        )
         self.vnpus_owned = Gauge(
             "vnpu_device_plugin_vnpus_owned",
             "vNPUs the ownership ledger records.",
@@ -181,6 +194,8 @@ class Metrics:
             self.grant_conflicts.labels(reason)
         for reason in WITHHELD_REASONS:
             self.reclaims_withheld.labels(reason)
+        for reason in DISAGREEMENT_REASONS:
+            self.state_disagreements.labels(reason)
         for reason in WATCH_RESTART_REASONS:
             self.pod_watch_restarts.labels(reason)
         for state in ("healthy", "unhealthy"):

@@ -23,6 +23,7 @@ from vnpu_device_plugin import (
     allocations,
     cluster,
     crashpoints,
+    custody,
     devices,
     environment,
     errors,
@@ -132,11 +133,14 @@ class Plugin:
         self.board = health.Board()
         self.lock = threading.Lock()
         crash = crashpoints.CrashPoints(options.crash_at)
-        self.vnpus = lifecycle.Lifecycle(self.npu, self.ledger, self.stats, crash)
-        paths = environment.SoftPaths(options.hami_core_dir, options.hami_shared_dir)
         self.kubelet_view = podresources.Reader(
             options.pod_resources_socket, self.inventory.resource_name
         )
+        keeper = custody.Custody(
+            self.npu, self.ledger, self.grants, self.stats, kubelet=self.kubelet_view.listing
+        )
+        self.vnpus = lifecycle.Lifecycle(self.npu, self.ledger, self.stats, crash, keeper)
+        paths = environment.SoftPaths(options.hami_core_dir, options.hami_shared_dir)
         handouts = podresources.Handouts()
         for grant in sorted(self.grants.records(), key=lambda g: g.granted_at):
             if not grant.init:  # what kubelet lists of the pods served before a restart
@@ -151,6 +155,7 @@ class Plugin:
             kubelet=self.kubelet_view.listing,
             handouts=handouts,
             book=self.grants,
+            keeper=keeper,
         )
         self.holdings = holdings.Holdings(
             self.inventory,
@@ -207,6 +212,8 @@ class Plugin:
             api,
             self.inventory,
             self.stats,
+            kubelet=self.kubelet_view.listing,
+            book=self.grants,
             attempts=options.api_attempts,
             wait=options.allocate_wait,
         )

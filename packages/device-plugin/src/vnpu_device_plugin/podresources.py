@@ -2,13 +2,15 @@
 
 A pod deleted from the API (``--force --grace-period=0``) may still have running
 containers; kubelet keeps listing it, with its devices, until they are gone. ``reclaim``
-asks here before it treats a vNPU owner as gone, so a live container's vNPU is never
-destroyed. Three parts:
+asks here before it treats a vNPU owner as gone, and ``custody`` before any vNPU is
+destroyed, so a live container's vNPU is never destroyed. Kubelet lists the pod it is
+admitting too (it adds a pod to its pods before admitting it), which is how ``finder``
+tells which of several pods an Allocate is for. Three parts:
 
 * ``Reader`` asks kubelet's ``List`` and gives a ``Listing`` (device ids of our resource per
-  pod), or None when the socket is missing or does not answer: then nothing can be
-  proven, and owners that are gone from the API keep their vNPUs until a later try. It
-  logs the outage once, and once more when kubelet answers again.
+  pod and per container), or None when the socket is missing or does not answer: then
+  nothing can be proven, and owners that are gone from the API keep their vNPUs until a
+  later try. It logs the outage once, and once more when kubelet answers again.
 * ``Handouts`` remembers which device ids this plugin's Allocate answered for each pod's
   regular containers (in memory; a restart forgets it). PodResources names pods by
   namespace and name only, so a pod deleted and created again with the same name would
@@ -17,14 +19,15 @@ destroyed. Three parts:
   with the devices it got?
 
 ``plugin`` builds one ``Reader`` and one ``Handouts``; ``allocations`` records handouts and
-``reclaim`` asks ``held``, both under the plugin's allocation lock.
+``reclaim`` asks ``held``, both under the plugin's allocation lock; ``finder``, ``holdings``
+and ``custody`` read the ``Reader``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -37,21 +40,41 @@ log = structlog.get_logger(__name__)
 TIMEOUT = 2.0
 
 
+Containers = Mapping[str, frozenset[str]]  # container name -> device ids of our resource
+
+
 @dataclass(frozen=True)
 class Listing:
     """What one ``List`` answered: for each active pod, the device ids of our resource it holds.
 
     Every active pod is a key, with or without devices: PodResources does not list
-    run-to-completion init containers, which may own a vNPU too.
+    run-to-completion init containers, which may own a vNPU too. Kubelet adds a pod to the
+    pods it lists before it admits it, so the pod whose Allocate is running is listed, with
+    the devices of the containers allocated so far. ``containers`` has the same pods by
+    container (one map per pod kubelet lists under the name: a pod deleted and created again
+    may be listed twice for a while).
     """
 
     pods: Mapping[tuple[str, str], frozenset[str]]  # (namespace, name) -> device ids
+    containers: Mapping[tuple[str, str], tuple[Containers, ...]] = field(default_factory=dict)
 
     def lists(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.pods
 
     def devices(self, namespace: str, name: str) -> frozenset[str]:
         return self.pods.get((namespace, name), frozenset())
+
+    def holders(self, chip_uuid: str) -> list[tuple[str, str, str, frozenset[str]]]:
+        """(namespace, pod, container, device ids) of every listed container holding device
+        ids of the chip ``chip_uuid`` (ids are ``<chip uuid>-<n>``)."""
+        found = []
+        for (namespace, name), pods in sorted(self.containers.items()):
+            for containers in pods:
+                for container, ids in sorted(containers.items()):
+                    here = frozenset(i for i in ids if i.rpartition("-")[0] == chip_uuid)
+                    if here:
+                        found.append((namespace, name, container, here))
+        return found
 
 
 def read(socket: Path, resource: str) -> Listing:
@@ -65,17 +88,22 @@ def read(socket: Path, resource: str) -> Listing:
 def _list(stub: api_pb2_grpc.PodResourcesListerStub, resource: str) -> Listing:
     listed = stub.List(api_pb2.ListPodResourcesRequest(), timeout=TIMEOUT)
     pods: dict[tuple[str, str], frozenset[str]] = {}
+    by_container: dict[tuple[str, str], tuple[Containers, ...]] = {}
     for pod in listed.pod_resources:
-        ids = {
-            device_id
+        containers = {
+            container.name: frozenset(
+                device_id
+                for devices in container.devices
+                if devices.resource_name == resource
+                for device_id in devices.device_ids
+            )
             for container in pod.containers
-            for devices in container.devices
-            if devices.resource_name == resource
-            for device_id in devices.device_ids
         }
+        ids = frozenset().union(*containers.values())
         key = (pod.namespace, pod.name)
         pods[key] = pods.get(key, frozenset()) | ids  # a name twice: both pods' devices
-    return Listing(pods)
+        by_container[key] = (*by_container.get(key, ()), containers)
+    return Listing(pods, by_container)
 
 
 def still_listed(
@@ -148,7 +176,8 @@ class Reader:
                     "pod_resources_unavailable",
                     socket=str(self.socket),
                     error=problem,
-                    effect="vNPUs of pods gone from the API are kept until kubelet answers",
+                    effect="no vNPU is destroyed until kubelet answers; an Allocate that more "
+                    "than one pod could be for is refused",
                 )
             return None
         with self._guard:

@@ -26,9 +26,11 @@ whether anything else says a live container may use the vNPU, and keeps it when
   its UID (``owner_alive``).
 
 Each is logged once (``reclaim_withheld``) and counted in
-``vnpu_device_plugin_reclaims_withheld_total{reason}``. The same pass drops the grant
-book's grants whose pods are done, by the same rules. What was kept is in
-``Outcome.waiting`` so the caller can try again later. Callers hold the plugin's
+``vnpu_device_plugin_reclaims_withheld_total{reason}``. Last, ``destroy`` (which the
+reconciler's unowned vNPUs go through too) asks ``custody`` whether kubelet lists a running
+container the vNPU may be given to, or cannot say: kubelet outranks both state files. The
+same pass drops the grant book's grants whose pods are done, by the same rules. What was
+kept is in ``Outcome.waiting`` so the caller can try again later. Callers hold the plugin's
 allocation lock.
 """
 
@@ -42,7 +44,7 @@ from typing import Any
 import structlog
 
 from vnpu_core import ledger as core_ledger
-from vnpu_device_plugin import cluster, grants, ledger, lifecycle, metrics, podresources
+from vnpu_device_plugin import cluster, custody, grants, ledger, lifecycle, metrics, podresources
 from vnpu_device_plugin.npu import backend
 from vnpu_device_plugin.npu import errors as npu_errors
 from vnpu_service import kubeapi
@@ -137,6 +139,7 @@ class Reclaimer:
         kubelet: Callable[[], podresources.Listing | None],
         handouts: podresources.Handouts,
         book: grants.Book | None = None,
+        keeper: custody.Custody | None = None,
         attempts: int = 2,
     ) -> None:
         self._npu = npu
@@ -150,6 +153,7 @@ class Reclaimer:
         self._book = book
         self._attempts = attempts
         self._reported: set[tuple[int, int, str]] = set()  # withheld vNPUs already logged
+        self.keeper = keeper or custody.Custody(npu, vnpu_ledger, book, stats, kubelet=kubelet)
 
     def reclaim(
         self,
@@ -396,7 +400,15 @@ class Reclaimer:
     def destroy(
         self, chip: int, vnpu_id: int, reason: str, trigger: Trigger, outcome: Outcome
     ) -> bool:
-        """Destroy one vNPU nobody needs, counted under ``reason`` and ``trigger``; True when gone."""
+        """Destroy one vNPU nobody needs, counted under ``reason`` and ``trigger``; True when gone.
+
+        Not while kubelet lists a running container it may be given to, nor while kubelet
+        cannot say (``custody``): then it is kept, in ``outcome.withheld``.
+        """
+        hold = self.keeper.check(chip, vnpu_id, reason)
+        if hold is not None:
+            outcome.withheld.append((chip, vnpu_id, hold.reason))
+            return False
         try:
             self._vnpus.destroy(chip, vnpu_id, "reclaimed")
         except npu_errors.VnpuNotFound:

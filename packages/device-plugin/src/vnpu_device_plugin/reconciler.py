@@ -10,7 +10,9 @@ allocation lock so no Allocate is half done while it looks. One pass:
    a vNPU is destroyed when every owner is done: its pod is gone from the API (and
    kubelet's PodResources no longer lists its containers with their devices), or
    Succeeded/Failed, or the owner is an init container that has terminated. Never while
-   the driver says a container holds it: that one waits for the next pass.
+   the driver says a container holds it: that one waits for the next pass. Never while
+   kubelet's PodResources lists a running container it may be given to, whatever the
+   ledger and the grant book say, nor while PodResources does not answer (``custody``).
 3. **Unowned vNPUs** (made by the runtime, an operator, or lost with a ledger): destroyed
    only after ``grace`` seconds unowned and idle, never while the grant book names it for
    a pod, and only on a chip where no running pod has a vNPU the ledger does not account
@@ -19,7 +21,8 @@ allocation lock so no Allocate is half done while it looks. One pass:
 4. hami-vnpu-core per-container directories of pods that are gone are removed.
 
 It also remembers which chips live pods use (``busy``), which the health judgement
-needs, and the revision of its pod list (``revision``), from which the pod watch starts. ``plugin`` runs it in its own thread; ``poke`` asks for a pass soon (after a failed
+needs, and the revision of its pod list (``revision``), from which the pod watch starts.
+``plugin`` runs it in its own thread; ``poke`` asks for a pass soon (after a failed
 Allocate, and when the pod watch lists again and may have missed deletions).
 """
 
@@ -64,6 +67,7 @@ class Pass:
     recovered: list[ledger.Record] = field(default_factory=list)
     kept_in_use: list[tuple[int, int]] = field(default_factory=list)
     kept_listed: list[tuple[int, int]] = field(default_factory=list)  # kubelet lists the owner
+    withheld: list[tuple[int, int, str]] = field(default_factory=list)  # chip, vNPU, reason
     pods_read: bool = False
 
 
@@ -126,6 +130,7 @@ class Reconciler:
                 report.reclaimed += outcome.reclaimed
                 report.kept_in_use += outcome.kept_in_use
                 report.kept_listed += outcome.kept_listed
+                report.withheld += outcome.withheld
                 self._reclaim_unowned(driver, held, report)
                 self._clean_soft_dirs(pods)
                 self.busy = frozenset(self._busy_chips(held))
@@ -230,6 +235,7 @@ class Reconciler:
                 )
                 report.reclaimed += outcome.reclaimed
                 report.kept_in_use += outcome.kept_in_use
+                report.withheld += outcome.withheld
                 if destroyed:
                     self._unowned_since.pop(where, None)
 

@@ -107,6 +107,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             log.warning(
                 "allocate",
                 result=_result(exc),
+                reason=getattr(exc, "reason", None),
+                candidates=list(getattr(exc, "candidates", ())),
                 devices=ids,
                 error=str(exc),
                 duration_seconds=elapsed,

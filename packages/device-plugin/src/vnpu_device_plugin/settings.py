@@ -84,7 +84,8 @@ class Settings(BaseSettings):
     unowned_grace: float = pydantic.Field(default=300.0, ge=0)
     """Seconds an idle vNPU no record owns is left alone before it is destroyed."""
     allocate_wait: float = pydantic.Field(default=5.0, ge=0)
-    """Seconds an Allocate waits for the API to show the pod it is for before it fails."""
+    """Seconds an Allocate reads again while its pod shows no decision yet, or while more than
+    one pod could be the one and kubelet's records do not settle it, before it fails."""
     api_timeout: float = pydantic.Field(default=10.0, gt=0)
     """Timeout of one Kubernetes API call."""
     api_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -125,7 +126,7 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--report-time-offset", "seconds added to the handshake time (default 1)"),
     ("--reconcile-interval", "seconds between vNPU reconciler passes (default 60)"),
     ("--unowned-grace", "seconds before an idle vNPU nobody owns is destroyed (default 300)"),
-    ("--allocate-wait", "seconds an Allocate waits for the API to show its pod (default 5)"),
+    ("--allocate-wait", "seconds an Allocate waits for its pod to be settled (default 5)"),
     ("--api-timeout", "seconds per Kubernetes API call (default 10)"),
     ("--api-attempts", "tries per Kubernetes API call (default 5)"),
     ("--hami-core-dir", "host directory of hami-vnpu-core (default /usr/local/hami-vnpu-core)"),

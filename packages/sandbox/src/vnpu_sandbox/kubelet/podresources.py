@@ -3,7 +3,8 @@
 ``kubelet`` starts a :class:`PodResourcesServer` next to the Registration server; the exporter
 (and anything else that maps devices to pods) reads it. Answers are shaped like the kubelet's:
 
-* ``List`` - every active pod (admitted, not finished, not deleted) with each regular container
+* ``List`` - every active pod (being admitted or admitted, not finished, not deleted: the
+  kubelet adds a pod to its pod manager before admitting it) with each regular container
   (and each sidecar init container); a container's devices come as one ``ContainerDevices``
   per device id and NUMA node, with ``topology`` only when the plugin reported one;
 * ``GetAllocatableResources`` - the healthy devices of every connected plugin, same shape;

@@ -7,7 +7,11 @@ completions never interleave:
 
 * new pods arriving together (the first list, a burst of watch events) are admitted in
   creation-time order, then by name; each becomes Running, or Failed with the admission
-  error, or stays Pending when a container cannot be created;
+  error, or stays Pending when a container cannot be created. As in the kubelet, which adds
+  a pod to its pod manager before admitting it, the pod being admitted is active from the
+  start of its admission: PodResources lists it (and ``Get`` finds it) while its devices are
+  allocated, with the devices of the containers allocated so far; a rejected pod is not
+  active any more;
 * a pod that is already Running when first seen (a kubelet restart) is adopted as running;
 * deleted pods, pods with a ``deletionTimestamp`` (which the kubelet then deletes for good with
   grace period 0 and a UID precondition) and Succeeded/Failed pods free their devices.
@@ -50,7 +54,7 @@ TERMINAL = ("Succeeded", "Failed")
 class _Tracked:
     pod: Json
     state: str
-    """``running``, ``start-failed``, ``finished`` or ``deleting``."""
+    """``admitting``, ``running``, ``start-failed``, ``finished`` or ``deleting``."""
     ip: str | None = None
 
 
@@ -134,7 +138,11 @@ class PodWorker:
 
     def active_pods(self) -> list[podresources.ActivePod]:
         with self._lock:
-            tracked = [t for t in self._tracked.values() if t.state in ("running", "start-failed")]
+            tracked = [
+                t
+                for t in self._tracked.values()
+                if t.state in ("admitting", "running", "start-failed")
+            ]
         out = []
         for item in tracked:
             spec = item.pod.get("spec") or {}
@@ -331,6 +339,8 @@ class PodWorker:
             str(meta.get("namespace")),
             str(meta.get("name")),
         )
+        with self._lock:  # the kubelet adds a pod to its pod manager before admitting it
+            self._tracked[uid] = _Tracked(pod, "admitting")
         outcome = admission.admit(pod, self._devices)
         now = podstatus.timestamp()
         if isinstance(outcome, admission.Rejected):
