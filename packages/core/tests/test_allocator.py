@@ -424,3 +424,71 @@ def test_assume_places_pods_in_turn_as_their_annotations_would_count_them() -> N
     assert rejection(allocator.fit(n, after, one)).reason is Reason.NO_FREE_CHIP
     assert isinstance(allocator.fit(n, {}, one), allocator.Assignment)
     assert allocator.assume(n, {}, []) == {}
+
+
+# --- template pinning (vnpu.io/template) -------------------------------------------------
+
+PINNED_REFUSAL = (
+    "Ascend310P: no chip with 4 AI CPUs free for vir04 (asked 4, best chip 0 has 3 of 7); "
+    "vir04 is pinned by vnpu.io/template, vir04_3c would fit chip 0"
+)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        # Unpinned, best fit packs the second replica beside the first: the chip has 3 of its
+        # 7 AI CPUs left, so it gets vir04_3c (fewer AI CPUs and media engines).
+        ({}, [[(0, "vir04")], [(0, "vir04_3c")], [(1, "vir04")], [(1, "vir04_3c")]]),
+        # Pinned to vir04: one per chip, then refused naming the pin.
+        (
+            {"vnpu.io/template": "vir04"},
+            [[(0, "vir04")], [(1, "vir04")], (Reason.AICPU, PINNED_REFUSAL)],
+        ),
+        # Pinned to vir04_3c: even an idle chip gets vir04_3c, where vir04 would come first.
+        (
+            {"vnpu.io/template": "vir04_3c"},
+            [[(0, "vir04_3c")], [(0, "vir04_3c")], [(1, "vir04_3c")], [(1, "vir04_3c")]],
+        ),
+    ],
+)
+def test_replicas_of_one_pod_template_get_the_pinned_template_or_are_refused(
+    annotations: dict[str, str], expected: list[object]
+) -> None:
+    cluster = Cluster(node("Ascend310P", 2))
+    outcomes: list[object] = []
+    for i in range(len(expected)):
+        outcome = cluster.place(pod_dict("Ascend310P", memory=12288, name=f"r{i}", **annotations))
+        if isinstance(outcome, allocator.Rejection):
+            outcomes.append((outcome.reason, outcome.message))
+        else:
+            outcomes.append(grants(outcome))
+    assert outcomes == expected
+
+
+@pytest.mark.parametrize(
+    ("held", "message"),
+    [
+        # Only vir04_3c's budgets are left on the chip: the refusal names it.
+        (["vir04"], PINNED_REFUSAL),
+        # Nothing of 12 GiB fits at all: the pin is named, no other template is offered.
+        (
+            ["vir04", "vir04_3c"],
+            "Ascend310P: no chip with 12288 MiB free for vir04 (asked 12288 MiB, best chip 0 "
+            "has 0 of 24576 MiB); vir04 is pinned by vnpu.io/template",
+        ),
+    ],
+)
+def test_a_pinned_refusal_names_the_pin_and_what_the_node_could_offer(
+    held: list[str], message: str
+) -> None:
+    cluster = Cluster(node("Ascend310P", 1, ServerKind.PCIE))
+    for i, template in enumerate(held):
+        placed = cluster.place(
+            pod_dict("Ascend310P", memory=12288, name=f"h{i}", **{"vnpu.io/template": template})
+        )
+        assert grants(placed) == [(0, template)]
+    pinned = pod_dict("Ascend310P", memory=12288, name="p", **{"vnpu.io/template": "vir04"})
+    refused = rejection(cluster.place(pinned))
+    assert refused.message == message
+    assert not refused.unresolvable  # freeing the chip would make room

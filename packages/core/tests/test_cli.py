@@ -174,6 +174,52 @@ def test_table_output(files: tuple[str, str]) -> None:
     assert any(line.startswith("  - nodes[1] mesh: no server given") for line in lines)
 
 
+PINNED = """\
+kind: Deployment
+metadata: {name: chat}
+spec:
+  replicas: 3
+  template:
+    metadata:
+      annotations: {vnpu.io/template: vir04}
+    spec:
+      containers:
+        - name: llm
+          resources:
+            limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 12288}
+---
+kind: Pod
+metadata: {name: free}
+spec:
+  containers:
+    - name: main
+      resources:
+        limits: {huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 12288}
+"""
+
+
+def test_the_pinned_template_is_shown_and_honoured(tmp_path: Path) -> None:
+    cluster = write(tmp_path, "cluster.yaml", "nodes: [{name: duo, chip: 310P3, chips: 2}]")
+    workload = write(tmp_path, "workload.yaml", PINNED)
+    status, out, _ = run("plan", "--cluster", cluster, "--workload", workload)
+    assert status == 0
+    lines = out.splitlines()
+    start = lines.index("PLACED (3)") + 1
+    header, placed_rows = lines[start], lines[start + 1 : start + 4]
+    rows = {line.split()[0]: line[header.index("DEVICES") :] for line in placed_rows}
+    # The unpinned pod takes vir04_3c beside a replica; no replica does.
+    assert rows == {"chat-0": "vir04 (pinned)", "chat-1": "vir04 (pinned)", "free": "vir04_3c"}
+    rejected = next(line for line in lines if line.startswith("chat-2"))
+    assert rejected.endswith("vir04 is pinned by vnpu.io/template, vir04_3c would fit chip 0.")
+    _, out, _ = run("plan", "--cluster", cluster, "--workload", workload, "--json")
+    placed = {p["pod"]: p for p in json.loads(out)["placed"]}
+    assert {name: p["pinned_template"] for name, p in placed.items()} == {
+        "chat-0": "vir04",
+        "chat-1": "vir04",
+        "free": None,
+    }
+
+
 def test_policy_flag_changes_placement(files: tuple[str, str]) -> None:
     cluster, workload = files
     nodes = {}

@@ -14,3 +14,17 @@ def test_request_error_names_container_resource_value() -> None:
     assert "main" in str(exc)
     assert "4Gi" in str(exc)
     assert "huawei.com/Ascend310P-memory" in str(exc)
+
+
+def test_pin_error_leads_with_the_annotation_field_and_value() -> None:
+    pod_wide = errors.PinError("(pod)", "vnpu.io/template", "vir09", "unknown template")
+    assert str(pod_wide) == "metadata.annotations[vnpu.io/template]=vir09: unknown template"
+    one = errors.PinError("main", "vnpu.io/template", "vir02", "too small")
+    assert str(one) == "metadata.annotations[vnpu.io/template]=vir02: container 'main': too small"
+    assert isinstance(one, errors.RequestError)
+    assert (one.container, one.resource, one.value, one.problem) == (
+        "main",
+        "vnpu.io/template",
+        "vir02",
+        "too small",
+    )

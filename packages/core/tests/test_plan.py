@@ -99,6 +99,35 @@ def test_templates_of_equal_memory_follow_the_ai_cpu_budget() -> None:
     assert templates == ["vir04", "vir04_3c"]
 
 
+@pytest.mark.parametrize(
+    ("annotations", "templates", "refused"),
+    [
+        # Unpinned, the second replica shares chip 0 as vir04_3c.
+        ({}, ["vir04", "vir04_3c", "vir04"], ()),
+        # Pinned, every replica gets vir04; with no chip left for it the third is refused.
+        (
+            {"vnpu.io/template": "vir04"},
+            ["vir04", "vir04"],
+            (
+                "0/1 nodes are available: 1 Ascend310P: no chip with 4 AI CPUs free for vir04 "
+                "(asked 4, best chip 0 has 3 of 7); vir04 is pinned by vnpu.io/template, "
+                "vir04_3c would fit chip 0.",
+            ),
+        ),
+    ],
+)
+def test_a_pinned_deployment_gets_its_template_on_every_replica(
+    annotations: dict[str, str], templates: list[str], refused: tuple[str, ...]
+) -> None:
+    document = controller("Deployment", "chat", {"replicas": 3}, **limits("Ascend310P", 1, 12288))
+    document["spec"]["template"]["metadata"] = {"annotations": annotations}
+    made = run([node("solo", chips=2)], [document])
+    got = [p.assignment.containers[0].grants[0].template for p in made.placements]
+    assert got == templates
+    assert {p.pinned for p in made.placements} == {annotations.get("vnpu.io/template")}
+    assert tuple(r.message for r in made.refusals) == refused
+
+
 def test_memory_in_any_decimal_quantity_form_is_that_many_mib() -> None:
     # What a manifest says and what kube-apiserver stores (3000 as 3k) plan alike.
     forms = ["3000", "3k", "3e3", "3000000m", "6k", "6e3"]
@@ -404,6 +433,21 @@ def bad_pod_spec(**container: object) -> dict[str, Any]:
             'documents[0].metadata.annotations["hami.io/gpu-scheduler-policy"]',
             "fastest",
             "pod p: unknown policy 'fastest'; use one of binpack, spread, best-fit",
+        ),
+        (
+            [pod("p", memory=12288, annotations={"vnpu.io/template": "vir09"})],
+            'documents[0].metadata.annotations["vnpu.io/template"]',
+            "vir09",
+            "pod p: unknown template; valid templates for Ascend310P (MiB/AI cores/AI CPUs): "
+            "vir01 3072/1/1, vir02 6144/2/2, vir02_1c 6144/2/1, vir04 12288/4/4, vir04_3c 12288/4/3",
+        ),
+        (
+            [pod("p", memory=9000, annotations={"vnpu.io/template": "vir02"})],
+            'documents[0].metadata.annotations["vnpu.io/template"]',
+            "vir02",
+            "pod p container main: vir02 has 6144 MiB, less than huawei.com/Ascend310P-memory=9000 "
+            "asks; valid templates for Ascend310P with at least 9000 MiB (MiB/AI cores/AI CPUs): "
+            "vir04 12288/4/4, vir04_3c 12288/4/3",
         ),
         (
             [pod("p", annotations={"x": 1})],

@@ -405,3 +405,156 @@ def test_without_super_pod_910c_counts_are_kept() -> None:
     (one,) = parse(pod(ctr(Ascend910C=1))).requests
     (three,) = parse(pod(ctr(Ascend910C=3))).requests
     assert (one.count, three.count) == (1, 3)
+
+
+# --- template pinning (vnpu.io/template) -------------------------------------------------
+
+PIN = "vnpu.io/template"
+PIN_FIELD = "metadata.annotations[vnpu.io/template]"
+VALID_310P = (
+    "valid templates for Ascend310P (MiB/AI cores/AI CPUs): vir01 3072/1/1, vir02 6144/2/2, "
+    "vir02_1c 6144/2/1, vir04 12288/4/4, vir04_3c 12288/4/3"
+)
+
+
+@pytest.mark.parametrize(
+    ("limits", "pin", "admission", "template", "memory"),
+    [
+        # The pin takes the place of the templates of equal memory (vir04, then vir04_3c).
+        ({"Ascend310P": 1, "Ascend310P_memory": 12288}, "vir04", False, "vir04", 12288),
+        ({"Ascend310P": 1, "Ascend310P_memory": 12288}, "vir04_3c", False, "vir04_3c", 12288),
+        ({"Ascend310P": 1, "Ascend310P_memory": 5000}, "vir02_1c", False, "vir02_1c", 6144),
+        # Less memory than the template has rounds up to the template's memory.
+        ({"Ascend310P": 1, "Ascend310P_memory": "3k"}, "vir04", False, "vir04", 12288),
+        # Memory 0 at admission is the pinned template, not the smallest one.
+        ({"Ascend310P": 1, "Ascend310P_memory": 0}, "vir04", True, "vir04", 12288),
+        # A name two models share is the template of the model the pod asks for.
+        ({"Ascend910A": 1, "Ascend910A_memory": 4000}, "vir04", False, "vir04", 4369),
+    ],
+)
+def test_a_pin_is_the_one_template_and_sets_the_memory(
+    limits: dict[str, object], pin: str, admission: bool, template: str, memory: int
+) -> None:
+    p = pod(ctr(**limits), **{PIN: pin})
+    request = requests.from_pod(p, catalog.BUILTIN, admission=admission)
+    (item,) = request.requests
+    assert [t.name for t in item.templates] == [template]
+    assert (item.pinned, item.memory_mib, item.count, item.whole) == (True, memory, 1, False)
+    assert request.template == pin
+
+
+def test_the_pin_reaches_every_npu_container_and_unpinned_pods_stay_as_they_were() -> None:
+    p = pod(
+        ctr("app", Ascend310P=1, Ascend310P_memory=9000),
+        ctr("side", Ascend310P=1, Ascend310P_memory=2000),
+        init=(ctr("setup", Ascend310P=1, Ascend310P_memory=3000),),
+        **{PIN: "vir04"},
+    )
+    request = parse(p)
+    assert [(r.container, r.shape, r.pinned) for r in request.requests] == [
+        ("setup", "vir04", True),
+        ("app", "vir04", True),
+        ("side", "vir04", True),
+    ]
+    (plain,) = parse(pod(ctr(Ascend310P=1, Ascend310P_memory=9000))).requests
+    assert ([t.name for t in plain.templates], plain.pinned) == (["vir04", "vir04_3c"], False)
+    assert parse(pod(ctr(Ascend310P=1))).template is None
+
+
+def test_a_pin_on_a_pod_without_npu_does_nothing() -> None:
+    request = parse(pod({"name": "web", "resources": {"limits": {"cpu": "1"}}}, **{PIN: "vir04"}))
+    assert (request.wants_npu, request.template) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "containers", "container", "message"),
+    [
+        (
+            {PIN: "vir09"},
+            [ctr(Ascend310P=1, Ascend310P_memory=4000)],
+            "(pod)",
+            f"{PIN_FIELD}=vir09: unknown template; {VALID_310P}",
+        ),
+        (
+            {PIN: "vir05_1c_16g"},
+            [ctr(Ascend310P=1, Ascend310P_memory=4000)],
+            "(pod)",
+            f"{PIN_FIELD}=vir05_1c_16g: a template of Ascend910B3, Ascend910B4-1, Ascend910C, "
+            f"not of Ascend310P, which the pod asks for; {VALID_310P}",
+        ),
+        (
+            {PIN: "vir02"},
+            [ctr(Ascend310P=1, Ascend310P_memory=9000)],
+            "main",
+            f"{PIN_FIELD}=vir02: container 'main': vir02 has 6144 MiB, less than "
+            "huawei.com/Ascend310P-memory=9000 asks; valid templates for Ascend310P with at "
+            "least 9000 MiB (MiB/AI cores/AI CPUs): vir04 12288/4/4, vir04_3c 12288/4/3",
+        ),
+        (
+            {PIN: "vir04"},
+            [ctr(Ascend310P=1, Ascend310P_memory=20000)],
+            "main",
+            f"{PIN_FIELD}=vir04: container 'main': vir04 has 12288 MiB, less than "
+            "huawei.com/Ascend310P-memory=20000 asks; no Ascend310P template has 20000 MiB "
+            "(the largest, vir04, has 12288 MiB): leave the pin out for a whole chip",
+        ),
+        (
+            {PIN: "vir04"},
+            [ctr(Ascend310P=1)],
+            "main",
+            f"{PIN_FIELD}=vir04: container 'main': asks for a whole chip (no "
+            "huawei.com/Ascend310P-memory); vir04 is one vNPU: set huawei.com/Ascend310P-memory "
+            "to at most 12288",
+        ),
+        (
+            {PIN: "vir04"},
+            [ctr(Ascend310P=2)],
+            "main",
+            f"{PIN_FIELD}=vir04: container 'main': huawei.com/Ascend310P=2 asks for whole chips; "
+            "vir04 is one vNPU on one chip: ask for huawei.com/Ascend310P: 1",
+        ),
+        (
+            {PIN: "vir04", "huawei.com/vnpu-mode": "hami-core"},
+            [ctr(Ascend310P=1, Ascend310P_memory=4000)],
+            "(pod)",
+            f"{PIN_FIELD}=vir04: a pinned template is a hard vNPU and the pod asks for soft "
+            "slices (huawei.com/vnpu-mode: hami-core): drop one of the two",
+        ),
+        (
+            {PIN: "vir04"},
+            [ctr(Ascend310P=1, Ascend310P_memory=4000, Ascend310P_core=40)],
+            "main",
+            f"{PIN_FIELD}=vir04: container 'main': huawei.com/Ascend310P-core=40 is a soft-mode "
+            "core percentage; vir04 brings its own 4 AI cores: leave huawei.com/Ascend310P-core out",
+        ),
+        (
+            {PIN: "vir04"},
+            [ctr("a", Ascend310P=1, Ascend310P_memory=4000), ctr("b", Ascend910A=1, Ascend910A_memory=4000)],
+            "(pod)",
+            f"{PIN_FIELD}=vir04: a pin serves the NPU containers of one chip model and the pod "
+            "asks for Ascend310P and Ascend910A: split the pod or leave the pin out",
+        ),
+    ],
+)  # fmt: skip
+def test_a_pin_that_cannot_serve_the_pod_is_refused_naming_field_value_and_templates(
+    annotations: dict[str, str], containers: list[dict[str, Any]], container: str, message: str
+) -> None:
+    with pytest.raises(errors.PinError) as caught:
+        requests.from_pod(pod(*containers, **annotations), catalog.BUILTIN, admission=True)
+    assert str(caught.value) == message
+    assert caught.value.field == PIN_FIELD
+    assert (caught.value.container, caught.value.resource) == (container, PIN)
+    assert caught.value.value == annotations[PIN]
+    assert isinstance(caught.value, errors.RequestError)  # every caller already handles it
+
+
+def test_a_pin_with_memory_zero_outside_admission_is_a_whole_chip_and_refused() -> None:
+    p = pod(ctr(Ascend310P=1, Ascend310P_memory=0), **{PIN: "vir04"})
+    with pytest.raises(errors.PinError, match=r"huawei.com/Ascend310P-memory=0 is no memory"):
+        parse(p)
+    admitted = requests.from_pod(p, catalog.BUILTIN, admission=True)
+    assert [r.shape for r in admitted.requests] == ["vir04"]
+    assert admitted.notes == (
+        "container 'main': huawei.com/Ascend310P-memory=0 rounds to the pinned template vir04 "
+        "(12288 MiB)",
+    )

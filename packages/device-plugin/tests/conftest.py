@@ -531,6 +531,27 @@ class Node:
         """The test's namespace, where its pods are."""
         return str(self.space.name)
 
+    def bind_by_hand(self, name: str, annotations: dict[str, str] | None = None) -> None:
+        """Create pod ``name`` bound to this node by its own spec, past the scheduler (the
+        webhook-skip label, ``spec.nodeName``), asking for one device, with ``annotations``
+        of its own (none: no decision at all)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {protocol.WEBHOOK_IGNORE_KEY: protocol.WEBHOOK_IGNORE_VALUE},
+                "annotations": annotations or {},
+            },
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": "c0", "image": "busybox", "resources": {"limits": {RESOURCE: "1"}}}
+                ],
+            },
+        }
+        self.api.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
+
     def through_proxy(self) -> FaultProxy:
         """From now on the plugin reaches the API through a fault-injecting proxy."""
         self.proxy = FaultProxy(self.space.plane)

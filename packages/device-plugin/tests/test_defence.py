@@ -84,30 +84,6 @@ def _published(node: Node) -> dict[str, Any]:
     return dict(json.loads(raw)) if raw else {}
 
 
-def _bind_by_hand(node: Node, name: str, annotations: dict[str, str]) -> None:
-    """A pod created bound to the node, past the scheduler, with annotations of its own."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {protocol.WEBHOOK_IGNORE_KEY: protocol.WEBHOOK_IGNORE_VALUE},
-            "annotations": annotations,
-        },
-        "spec": {
-            "nodeName": "npu-node-1",
-            "containers": [
-                {
-                    "name": "c0",
-                    "image": "busybox",
-                    "resources": {"limits": {"huawei.com/Ascend310P": "1"}},
-                }
-            ],
-        },
-    }
-    node.api.core.create_namespaced_pod(node.namespace, body, _preload_content=False)
-
-
 # -- two pods on one chip ------------------------------------------------------------------
 
 
@@ -168,7 +144,7 @@ def test_a_pod_bound_by_hand_cannot_take_what_another_pod_holds(
     before = node.vnpus()
     memory = WHOLE if template is None else 3072 if template == "vir01" else 12288
     decision = node.api.decision([[kit.Grant(chip, template, memory)]])
-    _bind_by_hand(node, "intruder", decision)
+    node.bind_by_hand("intruder", decision)
 
     message = _refused(node, kit, "intruder")
     assert problem in message

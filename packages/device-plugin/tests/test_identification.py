@@ -65,29 +65,6 @@ class Gate:
         self._lock.release()
 
 
-def _rogue(node: Node, name: str) -> None:
-    """A pod bound to the node by its own spec, past the scheduler, with no decision at all."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {protocol.WEBHOOK_IGNORE_KEY: protocol.WEBHOOK_IGNORE_VALUE},
-        },
-        "spec": {
-            "nodeName": "npu-node-1",
-            "containers": [
-                {
-                    "name": "c0",
-                    "image": "busybox",
-                    "resources": {"limits": {"huawei.com/Ascend310P": "1"}},
-                }
-            ],
-        },
-    }
-    node.api.core.create_namespaced_pod(node.namespace, body, _preload_content=False)
-
-
 def _settled(node: Node, name: str) -> str:
     phase = node.api.phase(name)
     return phase if phase in ("Running", "Failed") else ""
@@ -109,13 +86,13 @@ def test_a_pod_without_a_decision_never_takes_a_scheduled_pods_vnpu(
         gate.arm(hold)
         decision = [[kit.Grant(number % 4, "vir01", 3072)]]
         if first == "rogue":
-            _rogue(node, rogue)
+            node.bind_by_hand(rogue)
             assert gate.reached(hold or 2), "kubelet never called the plugin for the rogue pod"
             node.api.place(legitimate, decision)  # owner lock, then the Binding with the decision
         else:
             node.api.place(legitimate, decision)
             assert gate.reached(hold or 1), "kubelet never called the plugin for the pod"
-            _rogue(node, rogue)
+            node.bind_by_hand(rogue)
         gate.release()
         legit_phase = kit.wait_for(lambda n=legitimate: _settled(node, n), what=legitimate)
         rogue_phase = kit.wait_for(lambda n=rogue: _settled(node, n), what=rogue)
@@ -145,7 +122,7 @@ def test_without_pod_resources_two_possible_pods_are_refused_by_name_not_guessed
     gate = Gate(node.plugin.allocations.lock)
     node.plugin.allocations.lock = gate
     gate.arm(2)
-    _rogue(node, "rogue")
+    node.bind_by_hand("rogue")
     assert gate.reached(2), "kubelet never called Allocate for the rogue pod"
     node.api.place("legit", [[kit.Grant(2, "vir01", 3072)]])
     gate.release()

@@ -586,3 +586,14 @@ def launch_replica(tmp_path: Path) -> Iterator[LaunchReplica]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture
+def alias_bomb() -> str:
+    """A "billion laughs" YAML document in the device config's place: 376 bytes, nine levels of
+    ten aliases each, 10**9 strings once expanded."""
+    rows = ["a: &a [" + ",".join(['"lol"'] * 10) + "]"]
+    for parent, name in zip("abcdefgh", "bcdefghi", strict=True):
+        key = "vnpus" if name == "i" else name
+        rows.append(f"{key}: &{name} [" + ",".join([f"*{parent}"] * 10) + "]")
+    return "\n".join(rows) + "\n"

@@ -97,29 +97,15 @@ def test_reload_takes_good_configs_and_keeps_the_last_good_one(
     )
 
 
-# A "billion laughs" document in the device config's place: 376 bytes, 10**9 strings expanded.
-BOMB = """\
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g,*g]
-vnpus: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
-"""
-
-
 def test_an_alias_bomb_is_rejected_shown_and_later_reloads_still_load(
-    start_scheduler: Any, make: Any, tmp_path: Path
+    start_scheduler: Any, make: Any, tmp_path: Path, alias_bomb: str
 ) -> None:
     path = tmp_path / "device-config.yaml"
     path.write_text(_config(ONLY_VIR04))
     scheduler = start_scheduler(device_config=path)
     readyz = f"{scheduler.url}/readyz"
     good = scheduler.http.get(readyz).json()["device_config"]["digest"]
-    _swap(path, BOMB)
+    _swap(path, alias_bomb)
     scheduler.wait_for(lambda: scheduler.sample("vnpu_scheduler_device_config_ok") == 0)
     ready = scheduler.http.get(readyz)
     assert ready.status_code == 200  # a good config is in use: still ready
@@ -127,7 +113,7 @@ def test_an_alias_bomb_is_rejected_shown_and_later_reloads_still_load(
     assert config["loaded"] is True
     assert config["digest"] == good
     assert config["source_rejected"] is True
-    assert config["rejected_digest"] == hashlib.sha256(BOMB.encode()).hexdigest()[:12]
+    assert config["rejected_digest"] == hashlib.sha256(alias_bomb.encode()).hexdigest()[:12]
     assert config["last_reload_error"].startswith(
         f"{path}: (document): YAML anchor &a refused at line 1, column 4: anchors (&name) and "
         "aliases (*name) are not allowed"

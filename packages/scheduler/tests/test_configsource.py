@@ -18,17 +18,6 @@ from vnpu_scheduler import configsource, errors, metrics
 
 GOOD = "vnpus:\n  configs:\n  - {commonWord: Ascend310P, aiCPU: 6}\n"
 OTHER_GOOD = "vnpus:\n  configs:\n  - {commonWord: Ascend310P, aiCPU: 5}\n"
-BOMB = """\
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g,*g]
-vnpus: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
-"""  # 376 bytes, 10**9 strings once expanded
 
 
 class Source:
@@ -67,9 +56,11 @@ def source(tmp_path: Path) -> Source:
     return Source(path)
 
 
-def test_the_bomb_is_rejected_once_and_the_last_good_config_serves(source: Source) -> None:
+def test_the_bomb_is_rejected_once_and_the_last_good_config_serves(
+    source: Source, alias_bomb: str
+) -> None:
     good = source.source.status.digest
-    source.write(BOMB)
+    source.write(alias_bomb)
     with testing.capture_logs() as logged:
         assert source.source.poll() is False
         assert source.source.poll() is False  # the same content is not parsed or counted again
@@ -97,16 +88,18 @@ def test_the_bomb_is_rejected_once_and_the_last_good_config_serves(source: Sourc
     assert source.sample("vnpu_scheduler_device_config_reloads_total", result="ok") == 2
 
 
-def test_each_rejected_content_counts_once(source: Source) -> None:
-    for n, text in enumerate([BOMB, "vnpus: [\n", BOMB, "vnpus: [\n"], start=1):
+def test_each_rejected_content_counts_once(source: Source, alias_bomb: str) -> None:
+    for n, text in enumerate([alias_bomb, "vnpus: [\n", alias_bomb, "vnpus: [\n"], start=1):
         source.write(text)
         source.source.poll()
         source.source.poll()
         assert source.failed() == n
 
 
-def test_going_back_to_the_config_in_use_clears_the_rejection(source: Source) -> None:
-    source.write(BOMB)
+def test_going_back_to_the_config_in_use_clears_the_rejection(
+    source: Source, alias_bomb: str
+) -> None:
+    source.write(alias_bomb)
     source.source.poll()
     rejected = source.source.status
     assert rejected.source_rejected
@@ -167,9 +160,9 @@ def test_any_failure_while_loading_is_a_rejection_and_later_reloads_go_on(tmp_pa
     assert source.aicpu() == 4
 
 
-def test_a_bomb_at_start_is_a_settings_error(tmp_path: Path) -> None:
+def test_a_bomb_at_start_is_a_settings_error(tmp_path: Path, alias_bomb: str) -> None:
     path = tmp_path / "device-config.yaml"
-    path.write_text(BOMB)
+    path.write_text(alias_bomb)
     registry = prometheus_client.CollectorRegistry()
     with pytest.raises(errors.SettingsError) as refused:
         configsource.ConfigSource(path, metrics.Metrics(registry))

@@ -230,6 +230,91 @@ def test_denies_with_the_container_resource_and_value(
     assert webhooked.calls("mutate", "denied") == 1
 
 
+PIN = "vnpu.io/template"
+PIN_FIELD = "metadata.annotations[vnpu.io/template]"
+VALID_310P = (
+    "valid templates for Ascend310P (MiB/AI cores/AI CPUs): vir01 3072/1/1, vir02 6144/2/2, "
+    "vir02_1c 6144/2/1, vir04 12288/4/4, vir04_3c 12288/4/3"
+)
+
+
+def test_a_pinned_template_is_admitted_with_its_memory(
+    kube: Any, make: Any, webhooked: Any
+) -> None:
+    pod = make.pod("pinned", memory=4000, annotations={PIN: "vir04_3c"})
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["requests"] = dict(resources["limits"])
+    stored = kube.add_pod(pod)
+    # 4000 MiB alone would be vir02 (6144); the pin rounds it to vir04_3c's 12288.
+    assert _limits(stored)["huawei.com/Ascend310P-memory"] == "12288"
+    requests = stored["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["huawei.com/Ascend310P-memory"] == "12288"
+    assert stored["metadata"]["annotations"][PIN] == "vir04_3c"  # kubectl describe shows it
+    assert stored["spec"]["schedulerName"] == "vnpu-scheduler"
+    assert webhooked.calls("validate", "ok") == 1
+
+
+@pytest.mark.parametrize(
+    ("annotations", "count", "memory", "message"),
+    [
+        ({PIN: "vir09"}, 1, 4000, f"{PIN_FIELD}=vir09: unknown template; {VALID_310P}"),
+        (
+            {PIN: "vir10_3c_32g"},
+            1,
+            4000,
+            f"{PIN_FIELD}=vir10_3c_32g: a template of Ascend910B3, Ascend910B4-1, Ascend910C, "
+            f"not of Ascend310P, which the pod asks for; {VALID_310P}",
+        ),
+        (
+            {PIN: "vir02"},
+            1,
+            9000,
+            f"{PIN_FIELD}=vir02: container 'main': vir02 has 6144 MiB, less than "
+            "huawei.com/Ascend310P-memory=9000 asks; valid templates for Ascend310P with at least "
+            "9000 MiB (MiB/AI cores/AI CPUs): vir04 12288/4/4, vir04_3c 12288/4/3",
+        ),
+        (
+            {PIN: "vir04"},
+            2,
+            None,
+            f"{PIN_FIELD}=vir04: container 'main': huawei.com/Ascend310P=2 asks for whole chips; "
+            "vir04 is one vNPU on one chip: ask for huawei.com/Ascend310P: 1",
+        ),
+        (
+            {PIN: "vir04"},
+            1,
+            None,
+            f"{PIN_FIELD}=vir04: container 'main': asks for a whole chip (no "
+            "huawei.com/Ascend310P-memory); vir04 is one vNPU: set huawei.com/Ascend310P-memory "
+            "to at most 12288",
+        ),
+        (
+            {PIN: "vir04", "huawei.com/vnpu-mode": "hami-core"},
+            1,
+            4000,
+            f"{PIN_FIELD}=vir04: a pinned template is a hard vNPU and the pod asks for soft "
+            "slices (huawei.com/vnpu-mode: hami-core): drop one of the two",
+        ),
+    ],
+)
+def test_a_pin_that_cannot_serve_the_pod_is_denied_naming_field_value_and_templates(
+    kube: Any,
+    make: Any,
+    webhooked: Any,
+    annotations: dict[str, str],
+    count: int,
+    memory: int | None,
+    message: str,
+) -> None:
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as denied:
+        kube.add_pod(make.pod("pinned", count=count, memory=memory, annotations=annotations))
+    assert denied.value.status == 400
+    prefix = 'admission webhook "vnpu-mutate.vnpu.io" denied the request: '
+    assert json.loads(denied.value.body)["message"] == prefix + message
+    assert kube.core.list_namespaced_pod(kube.namespace).items == []
+    assert webhooked.calls("mutate", "denied") == 1
+
+
 def test_patch_for_init_and_regular_containers(scheduler: Any) -> None:
     """/mutate over plain HTTP: each container's memory is rounded where its count is named."""
     pod = {

@@ -4,8 +4,11 @@
 ``ledger``), a parsed pod (``requests.PodRequest``) and a policy, and returns either an
 ``Assignment`` (per container: chips and template, memory or cores, plus a 0-10 node
 score) or a ``Rejection`` with a reason code and a message that names the short budget,
-what was asked and the most that is free. Pure and deterministic: the same input gives
-the same answer. The scheduler's filter/prioritize/bind and the planner call it.
+what was asked and the most that is free. A request pinned to one template
+(``vnpu.io/template``) is placed with that template only; its rejection says it is pinned
+and which template of equal memory the node could have offered. Pure and deterministic:
+the same input gives the same answer. The scheduler's filter/prioritize/bind and the
+planner call it.
 """
 
 from __future__ import annotations
@@ -317,6 +320,8 @@ def _place_vnpu(
                 break
     if best is None:
         reason, message = budgets.explain_vnpu(eligible, working, request)
+        if request.pinned:
+            message += budgets.pin_note(eligible, working, request)
         return Rejection(node.name, reason, message)
     _, chip, template = best
     return [

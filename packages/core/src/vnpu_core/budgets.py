@@ -4,7 +4,9 @@ A hard vNPU needs a vNPU slot, memory, AI cores, AI CPUs and media engines free 
 that nobody holds whole or shares in soft mode; a soft slice needs memory, core percent and
 a slot on a chip without hard vNPUs. ``template_short``/``soft_short`` name the first short
 budget; ``explain_*`` turn the shortages of every usable chip into one sentence for a
-person, naming the best chip. Used by ``vnpu_core.allocator``.
+person, naming the best chip, and ``pin_note`` adds to it that the pod pins its template
+(``vnpu.io/template``) and which other template the node could have offered. Used by
+``vnpu_core.allocator``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
-from vnpu_core import catalog, inventory, requests
+from vnpu_core import catalog, inventory, protocol, requests
 from vnpu_core.inventory import ChipUsage
 
 
@@ -167,6 +169,27 @@ def explain_vnpu(
             )
     _, _, _, chip, template, reason = min(ranked, key=lambda r: r[:3])
     return reason, _template_message(word, chip, working[chip.index], template, reason)
+
+
+def pin_note(
+    chips: Sequence[inventory.Chip],
+    working: Mapping[int, ChipUsage],
+    request: requests.ContainerRequest,
+) -> str:
+    """``; vir04 is pinned by vnpu.io/template, vir04_3c would fit chip 0`` for a pinned request.
+
+    The other template named is one of equal memory (what the request would get without the
+    pin) that fits a chip here, so a person sees that the node only offers another template.
+    """
+    (pinned,) = request.templates
+    note = f"; {pinned.name} is pinned by {protocol.TEMPLATE_KEY}"
+    for template in request.model.templates:
+        if template.name == pinned.name or template.memory_mib != pinned.memory_mib:
+            continue
+        for chip in chips:
+            if template_short(chip, working[chip.index], template) is None:
+                return f"{note}, {template.name} would fit chip {chip.number}"
+    return note
 
 
 def explain_soft(

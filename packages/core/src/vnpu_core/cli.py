@@ -146,6 +146,7 @@ def to_json(made: plan.Plan) -> dict[str, object]:
             "namespace": p.namespace,
             "node": p.assignment.node,
             "score": p.assignment.score,
+            "pinned_template": p.pinned,
             "containers": [
                 {"name": c.container, "init": c.init, "devices": [_device(g) for g in c.grants]}
                 for c in p.assignment.containers
@@ -253,14 +254,15 @@ def _chips(indices: Sequence[int]) -> str:
     return ",".join(spans)
 
 
-def _devices(grants: Sequence[allocator.Grant]) -> str:
+def _devices(grants: Sequence[allocator.Grant], pinned: str | None) -> str:
     first = grants[0]
     if first.soft:
         each = f"soft {first.memory_mib} MiB {first.cores}%"
         return each if len(grants) == 1 else f"{len(grants)}x {each}"
     if first.template is None:
         return "whole chip" if len(grants) == 1 else f"{len(grants)} whole chips"
-    return ", ".join(g.template or "" for g in grants)
+    mark = " (pinned)" if pinned is not None else ""
+    return ", ".join(f"{g.template}{mark}" for g in grants)
 
 
 def _pod_name(pod: str, namespace: str) -> str:
@@ -269,7 +271,7 @@ def _pod_name(pod: str, namespace: str) -> str:
 
 def _placement_row(p: plan.Placement) -> list[str]:
     used = [c for c in p.assignment.containers if c.grants]
-    described = [_devices(c.grants) + (" (init)" if c.init else "") for c in used]
+    described = [_devices(c.grants, p.pinned) + (" (init)" if c.init else "") for c in used]
     if len(used) > 1:
         described = [f"{c.container}: {d}" for c, d in zip(used, described, strict=True)]
     chips = _chips([g.chip for c in used for g in c.grants])

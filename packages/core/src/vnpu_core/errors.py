@@ -7,6 +7,7 @@ Each error carries the data a caller needs (which field, which value), not only 
     ├── ProtocolError      a wire annotation cannot be decoded (key, bad fragment)
     ├── QuantityError      a resource quantity is not one Kubernetes can read (value)
     ├── RequestError       a pod asks for something malformed or impossible (container, resource, value)
+    │   └── PinError       its pinned template (``vnpu.io/template``) cannot serve it (field, value)
     ├── QuotaError         a ResourceQuota or the tenants config is invalid (source, path, value)
     ├── InputFileError     a `vnpu plan` input file is invalid (file, path, value)
     └── DocumentError      YAML text cannot be read, or goes past a limit (line, column, value, limit)
@@ -64,6 +65,22 @@ class RequestError(VnpuError):
         self.value = value
         self.problem = problem
         super().__init__(f"container {container!r}: {resource}={value}: {problem}")
+
+
+class PinError(RequestError):
+    """The template a pod pins (annotation ``key``) cannot serve it: unknown, of another chip
+    model, smaller than a container asks, or pinned on whole chips or soft slices.
+
+    ``field`` is where the pin is written (``metadata.annotations[vnpu.io/template]``) and
+    leads the message; ``container`` is the container it cannot serve, or ``(pod)`` when the
+    pin is wrong for the whole pod. ``resource`` is the annotation key.
+    """
+
+    def __init__(self, container: str, key: str, value: str, problem: str) -> None:
+        super().__init__(container, key, value, problem)
+        self.field = f"metadata.annotations[{key}]"
+        who = "" if container == "(pod)" else f"container {container!r}: "
+        self.args = (f"{self.field}={value}: {who}{problem}",)
 
 
 class QuotaError(VnpuError):

@@ -51,6 +51,7 @@ class Placement:
     pod: str
     namespace: str
     assignment: allocator.Assignment
+    pinned: str | None = None  # the template the pod pins (``vnpu.io/template``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,7 @@ def _whole_chip_request(request: requests.PodRequest) -> requests.PodRequest:
             whole=True,
             soft=False,
             templates=(),
+            pinned=False,
             core_percent=0,
             memory_mib=r.model.memory_allocatable_mib,
         )
@@ -415,7 +417,7 @@ def place(
             refusals.append(Refusal(request.name, namespace, reason, message))
             continue
         bound = simulation.bind(pod.obj, best)
-        placements.append(Placement(request.name, namespace, best))
+        placements.append(Placement(request.name, namespace, best, request.template))
         if with_quota:
             held = holdings.of_bound_pod(bound, models)
             usage[namespace] = usage.get(namespace, holdings.ZERO).plus(held)

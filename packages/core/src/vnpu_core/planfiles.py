@@ -231,9 +231,10 @@ def _request_failure(
     exc: errors.RequestError,
 ) -> errors.InputFileError:
     """A request error of one pod, at the path of the resource or annotation it names."""
-    if exc.container == "(pod)":
+    if exc.container == "(pod)" or isinstance(exc, errors.PinError):
+        who = f"pod {pod}" if exc.container == "(pod)" else f"pod {pod} container {exc.container}"
         return read.fail(
-            f'{meta_at}.annotations["{exc.resource}"]', exc.value, f"pod {pod}: {exc.problem}"
+            f'{meta_at}.annotations["{exc.resource}"]', exc.value, f"{who}: {exc.problem}"
         )
     paths = [
         p for c, r, p in _resource_paths(spec_at, spec) if (c, r) == (exc.container, exc.resource)

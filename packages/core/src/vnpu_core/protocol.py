@@ -39,6 +39,9 @@ DEVICE_POLICY_KEY = "hami.io/gpu-scheduler-policy"
 NODE_POLICY_KEY = "hami.io/node-scheduler-policy"
 WEBHOOK_IGNORE_KEY = "hami.io/webhook"
 WEBHOOK_IGNORE_VALUE = "ignore"
+# Pod, vnpu only: the one hard vNPU template every NPU container of the pod gets (``vir04``);
+# parsed and checked in ``vnpu_core.requests``. HAMi and Volcano do not read it.
+TEMPLATE_KEY = "vnpu.io/template"
 
 
 def node_register_key(cw: str) -> str:

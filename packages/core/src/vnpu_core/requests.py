@@ -14,6 +14,13 @@ the scheduler records them as an event): a core percentage above 100 is 100; a 9
 request for one die in a super pod (``superPod: true``) takes a die pair; memory 0 is the
 smallest template at admission (HAMi's webhook) and no memory at all elsewhere (HAMi's
 scheduler and Volcano: a whole chip); an empty ``use``/``no-use`` UUID list is no list.
+
+A pod may pin one template with the annotation ``vnpu.io/template`` (vnpu only; HAMi and
+Volcano ignore it). The pin is pod-wide: every NPU container must then ask for one hard
+vNPU of the one chip model that has the template, with no more memory than the template
+has, and gets exactly that template (memory rounds to the template's). Anything else is
+an ``errors.PinError`` naming ``metadata.annotations[vnpu.io/template]``, the value and the
+valid templates. A pin on a pod that asks for no NPU does nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class ContainerRequest:
     Exactly one of three shapes: ``whole`` chips (``count`` of them), one hard vNPU from
     ``templates`` (equal memory, preference order: the first that fits a chip is used),
     or ``soft`` slices of ``memory_mib`` and ``core_percent`` on ``count`` chips.
+    ``pinned``: the pod's ``vnpu.io/template`` chose the one template in ``templates``.
     """
 
     container: str
@@ -59,6 +67,7 @@ class ContainerRequest:
     whole: bool = False
     soft: bool = False
     templates: tuple[catalog.Template, ...] = ()
+    pinned: bool = False
 
     @property
     def shape(self) -> str:
@@ -83,6 +92,7 @@ class PodRequest:
     chip_policy: Policy | None = None
     node_policy: Policy | None = None
     notes: tuple[str, ...] = ()  # how the request was read where a peer's rule applied
+    template: str | None = None  # the template pinned by ``vnpu.io/template``, if any
 
     @property
     def wants_npu(self) -> bool:
@@ -186,13 +196,18 @@ def round_container(
     soft: bool,
     *,
     admission: bool = False,
+    pin: catalog.Template | None = None,
 ) -> tuple[ContainerRequest, tuple[str, ...]]:
     """Round one container's request to whole chips, a template, or a soft slice.
 
     Returns the request and notes on where a peer's reading was applied. ``admission``
     reads memory 0 as HAMi's webhook does (the smallest template); otherwise memory 0 is
-    no memory given, as HAMi's scheduler and Volcano read it (a whole chip).
+    no memory given, as HAMi's scheduler and Volcano read it (a whole chip). ``pin`` (a
+    template of ``model``, from ``vnpu.io/template``) is the one template the container
+    may get; a request it cannot serve raises ``errors.PinError``.
     """
+    if pin is not None:
+        return _round_pinned(model, container, init, count, memory, core, pin, admission)
     memory_name = model.memory_resource
     notes: list[str] = []
     factor = model.memory_factor
@@ -266,16 +281,100 @@ def round_container(
     return vnpu, tuple(notes)
 
 
-def _container_requests(
-    spec: Mapping[str, Any],
+def templates_text(model: catalog.ChipModel, at_least_mib: int = 0) -> str:
+    """The templates of ``model`` with at least ``at_least_mib`` MiB, for a person."""
+    word = model.common_word
+    if not model.templates:
+        return f"{word} has no vNPU templates (whole chips only)"
+    fitting = [t for t in model.templates if t.memory_mib >= at_least_mib]
+    if not fitting:
+        largest = max(model.templates, key=lambda t: t.memory_mib)
+        return (
+            f"no {word} template has {at_least_mib} MiB (the largest, {largest.name}, "
+            f"has {largest.memory_mib} MiB): leave the pin out for a whole chip"
+        )
+    listed = ", ".join(f"{t.name} {t.memory_mib}/{t.aicore}/{t.aicpu}" for t in fitting)
+    which = f" with at least {at_least_mib} MiB" if at_least_mib else ""
+    return f"valid templates for {word}{which} (MiB/AI cores/AI CPUs): {listed}"
+
+
+def _round_pinned(
+    model: catalog.ChipModel,
+    container: str,
     init: bool,
-    models: catalog.Catalog,
-    soft: bool,
+    count: int,
+    memory: int | None,
+    core: int,
+    pin: catalog.Template,
     admission: bool,
-    notes: list[str],
-) -> list[ContainerRequest]:
+) -> tuple[ContainerRequest, tuple[str, ...]]:
+    """One container of a pinned pod: one vNPU of ``pin``, or a PinError saying why not."""
+    key, name = protocol.TEMPLATE_KEY, pin.name
+    memory_name = model.memory_resource
+    if core:
+        raise errors.PinError(
+            container,
+            key,
+            name,
+            f"{model.core_resource}={core} is a soft-mode core percentage; {name} brings its "
+            f"own {pin.aicore} AI cores: leave {model.core_resource} out",
+        )
+    if count > 1:
+        raise errors.PinError(
+            container,
+            key,
+            name,
+            f"{model.resource_name}={count} asks for whole chips; {name} is one vNPU on one "
+            f"chip: ask for {model.resource_name}: 1",
+        )
+    notes: list[str] = []
+    if memory == 0 and admission:
+        notes.append(
+            f"container {container!r}: {memory_name}=0 rounds to the pinned template {name} "
+            f"({pin.memory_mib} MiB)"
+        )
+        mib = pin.memory_mib
+    elif not memory:
+        given = f"no {memory_name}" if memory is None else f"{memory_name}=0 is no memory"
+        raise errors.PinError(
+            container,
+            key,
+            name,
+            f"asks for a whole chip ({given}); {name} is one vNPU: set {memory_name} to at "
+            f"most {pin.memory_mib // model.memory_factor}",
+        )
+    else:
+        mib = memory * model.memory_factor
+    if mib > pin.memory_mib:
+        in_mib = f" ({mib} MiB)" if model.memory_factor != 1 else ""
+        raise errors.PinError(
+            container,
+            key,
+            name,
+            f"{name} has {pin.memory_mib} MiB, less than {memory_name}={memory}{in_mib} asks; "
+            + templates_text(model, mib),
+        )
+    request = ContainerRequest(
+        container, init, model, 1, pin.memory_mib, templates=(pin,), pinned=True
+    )
+    return request, tuple(notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One container's figures for one chip model, read but not rounded yet."""
+
+    container: str
+    init: bool
+    model: catalog.ChipModel
+    count: int
+    memory: int | None
+    core: int
+
+
+def _asks(spec: Mapping[str, Any], init: bool, models: catalog.Catalog) -> list[_Ask]:
     name = str(spec.get("name", ""))
-    found: list[ContainerRequest] = []
+    found: list[_Ask] = []
     for model in models:
         raw_count = _resource(spec, model.resource_name)
         raw_memory = _resource(spec, model.memory_resource)
@@ -295,12 +394,47 @@ def _container_requests(
             None if raw_memory is None else parse_quantity(name, model.memory_resource, raw_memory)
         )
         core = 0 if raw_core is None else parse_quantity(name, model.core_resource, raw_core)
-        request, said = round_container(
-            model, name, init, count, memory, core, soft, admission=admission
-        )
-        found.append(request)
-        notes.extend(said)
+        found.append(_Ask(name, init, model, count, memory, core))
     return found
+
+
+def _pin(
+    annotations: Mapping[str, str], asks: list[_Ask], models: catalog.Catalog, soft: bool
+) -> catalog.Template | None:
+    """The template the pod pins, checked against the pod as a whole; None without a pin."""
+    name = annotations.get(protocol.TEMPLATE_KEY)
+    if name is None or not asks:
+        return None
+    key = protocol.TEMPLATE_KEY
+    if soft:
+        raise errors.PinError(
+            "(pod)",
+            key,
+            name,
+            f"a pinned template is a hard vNPU and the pod asks for soft slices "
+            f"({protocol.VNPU_MODE_KEY}: {protocol.SOFT_MODE_VALUE}): drop one of the two",
+        )
+    words = list(dict.fromkeys(a.model.common_word for a in asks))
+    if len(words) > 1:
+        raise errors.PinError(
+            "(pod)",
+            key,
+            name,
+            f"a pin serves the NPU containers of one chip model and the pod asks for "
+            f"{' and '.join(words)}: split the pod or leave the pin out",
+        )
+    model = asks[0].model
+    template = model.template(name)
+    if template is not None:
+        return template
+    owners = [m.common_word for m in models if m.template(name) is not None]
+    if owners:
+        what = (
+            f"a template of {', '.join(owners)}, not of {model.common_word}, which the pod asks for"
+        )
+    else:
+        what = "unknown template"
+    raise errors.PinError("(pod)", key, name, f"{what}; {templates_text(model)}")
 
 
 def _is_sidecar(spec: Mapping[str, Any]) -> bool:
@@ -325,14 +459,30 @@ def from_pod(
         )
     soft = mode == protocol.SOFT_MODE_VALUE
     containers: list[tuple[str, bool]] = []
-    requests: list[ContainerRequest] = []
-    notes: list[str] = []
+    asks: list[_Ask] = []
     for init, key in ((True, "initContainers"), (False, "containers")):
         for item in spec.get(key) or []:
             containers.append((str(item.get("name", "")), init))
             # A sidecar (restartable init container) runs beside the app: count it as regular.
             runs_alone = init and not _is_sidecar(item)
-            requests.extend(_container_requests(item, runs_alone, models, soft, admission, notes))
+            asks.extend(_asks(item, runs_alone, models))
+    pin = _pin(annotations, asks, models, soft)
+    requests: list[ContainerRequest] = []
+    notes: list[str] = []
+    for ask in asks:
+        request, said = round_container(
+            ask.model,
+            ask.container,
+            ask.init,
+            ask.count,
+            ask.memory,
+            ask.core,
+            soft,
+            admission=admission,
+            pin=pin,
+        )
+        requests.append(request)
+        notes.extend(said)
     words = list(dict.fromkeys(r.model.common_word for r in requests))
     return PodRequest(
         namespace=str(metadata.get("namespace", "default")),
@@ -345,4 +495,5 @@ def from_pod(
         chip_policy=_policy(annotations, protocol.DEVICE_POLICY_KEY),
         node_policy=_policy(annotations, protocol.NODE_POLICY_KEY),
         notes=tuple(notes),
+        template=pin.name if pin is not None else None,
     )

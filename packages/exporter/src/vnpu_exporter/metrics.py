@@ -285,11 +285,12 @@ PLUGIN_PUBLICATIONS = _c("vnpu_device_plugin_node_publications", "Writes of the 
 PLUGIN_API_RETRIES = _c("vnpu_device_plugin_api_retries", "Kubernetes API calls repeated after an outage or a conflict.")
 PLUGIN_GRANT_CONFLICTS = _c("vnpu_device_plugin_grant_conflicts", "Allocates refused for taking what a live pod holds, or going over a budget, by why.", ("reason",))
 PLUGIN_RECLAIMS_WITHHELD = _c("vnpu_device_plugin_reclaims_withheld", "vNPUs kept though their recorded owners are done, by what said a container may use them.", ("reason",))
+PLUGIN_STATE_DISAGREEMENTS = _c("vnpu_device_plugin_state_disagreements", "vNPUs kept because kubelet's PodResources lists a running container that may hold them while the ledger and the grant book say nobody needs them, by what disagreed.", ("reason",))
 
 DEVICE_PLUGIN: tuple[Definition, ...] = (
     PLUGIN_ALLOCATIONS, PLUGIN_ALLOCATE_DURATION, PLUGIN_CREATED, PLUGIN_DESTROYED, PLUGIN_RECLAIMED,
     PLUGIN_OWNED, PLUGIN_HEALTH_TRANSITIONS, PLUGIN_CHIPS, PLUGIN_REGISTRATIONS, PLUGIN_PUBLICATIONS,
-    PLUGIN_API_RETRIES, PLUGIN_GRANT_CONFLICTS, PLUGIN_RECLAIMS_WITHHELD,
+    PLUGIN_API_RETRIES, PLUGIN_GRANT_CONFLICTS, PLUGIN_RECLAIMS_WITHHELD, PLUGIN_STATE_DISAGREEMENTS,
 )
 """Device plugin metrics the dashboards and alerts use (checked against vnpu_device_plugin.metrics)."""
 

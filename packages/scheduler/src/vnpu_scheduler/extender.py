@@ -62,6 +62,7 @@ def request_key(pod: requests.PodRequest, policy: requests.Policy) -> tuple[Any,
             r.whole,
             r.soft,
             tuple(t.name for t in r.templates),
+            r.pinned,
         )
         for r in pod.requests
     )

@@ -99,8 +99,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--rbac",
         type=Path,
         metavar="FILE",
-        help="the chart rendered to YAML (`make chart OUT=FILE`); its RBAC objects give "
-        "vnpu's services their rights (default: cluster-admin)",
+        help="the chart rendered to YAML (`make chart OUT=FILE`; `make demo` passes it): its "
+        "RBAC objects give vnpu's services their rights and its admission policies are applied "
+        "(default: cluster-admin, no policies)",
     )
     parser.add_argument(
         "--alert-rules",
