@@ -56,11 +56,15 @@ unit: install k8s-bin
 test: lint typecheck imports unit
 
 # A fresh sandbox in .sandbox/ on the example cluster (the one a previous demo left running is
-# stopped first), then the scenario; the sandbox keeps running (docs/sandbox.md).
+# stopped first), then the scenario; the sandbox keeps running (docs/sandbox.md). vnpu's
+# services run with the chart's RBAC and under its admission policies (the chart rendered
+# with its defaults, as `make chart` does).
 DEMO_DIR := .sandbox
-demo: $(RUNTIME_STAMP) k8s-bin
+DEMO_CHART := $(VENV)/demo-chart.yaml
+demo: $(RUNTIME_STAMP) $(CHART_STAMP) k8s-bin
+	$(BIN)/python scripts/render_chart.py --output $(DEMO_CHART)
 	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
-	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR)
+	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --rbac $(DEMO_CHART)
 	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --manifests examples/demo
 
 bench: install
@@ -70,6 +74,19 @@ bench: install
 # vnpu packages from there and the rest from PyPI. pip builds each in its own build env.
 dist: $(BIN)/python
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(PACKAGES)
+
+# One container image per service (vnpu-scheduler, vnpu-device-plugin, vnpu-exporter) as OCI
+# archives in dist/images/, built from the wheels above with buildah and mmdebstrap, no Docker
+# daemon (root; the first build makes a Debian base in ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/images/).
+# `make push REGISTRY=host[:port]/path` copies them to REGISTRY/<service>:<version> with skopeo
+# (docs/operator-guide.md, "Images").
+.PHONY: images push
+images: dist $(RUNTIME_STAMP)
+	PYTHON=$(BIN)/python bash scripts/images.sh build
+
+push:
+	@if [ -z "$(REGISTRY)" ]; then echo "make push: set REGISTRY, e.g. make push REGISTRY=registry.example/vnpu" >&2; exit 2; fi
+	bash scripts/images.sh push "$(REGISTRY)"
 
 # helm-python-sdk alone, for `make chart` (quiet on stdout, which may be the chart).
 $(CHART_STAMP): $(BIN)/uv requirements-chart.txt
