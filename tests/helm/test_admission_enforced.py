@@ -421,6 +421,27 @@ def test_decisions_are_not_changed_or_removed_but_by_vnpu(enforced):
     assert answered.body["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
 
 
+def test_a_template_pin_is_fixed_at_creation(enforced):
+    pinned = pod("pinned", resources=NPU, annotations={"vnpu.io/template": "vir04"})
+    assert enforced.tenant.create(pinned).status == 201
+    change = {"metadata": {"annotations": {"vnpu.io/template": "vir02"}}}
+    message = refused(enforced.tenant.patch("pinned", change), "vnpu-decision-annotations")
+    assert message == (
+        "metadata.annotations[vnpu.io/template]: vir02 is refused: the pin is checked, and the "
+        "pod's memory rounded to it, when the pod is created (it was vir04). Create a new pod "
+        "to pin another template."
+    )
+    remove = {"metadata": {"annotations": {"vnpu.io/template": None}}}
+    message = refused(enforced.tenant.patch("pinned", remove), "vnpu-decision-annotations")
+    assert message.startswith("metadata.annotations[vnpu.io/template]: (removed) is refused")
+    assert enforced.tenant.create(pod("free", resources=NPU)).status == 201
+    added = {"metadata": {"annotations": {"vnpu.io/template": "vir04"}}}
+    message = refused(enforced.tenant.patch("free", added), "vnpu-decision-annotations")
+    assert message.endswith("(it was not pinned). Create a new pod to pin another template.")
+    # Unchanged on an update of something else: allowed.
+    assert enforced.tenant.patch("pinned", {"metadata": {"labels": {"a": "b"}}}).status == 200
+
+
 def test_a_binding_carries_decisions_from_the_scheduler_only(enforced):
     for name in ("by-tenant", "by-scheduler", "plain-binding"):
         assert enforced.tenant.create(pod(name, resources=NPU)).status == 201

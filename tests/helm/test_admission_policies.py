@@ -83,6 +83,8 @@ def test_what_each_policy_looks_at(default):
     assert [v["expression"] for v in decisions["validations"]] == [
         "variables.written.size() == 0",
         "variables.removed.size() == 0",
+        "request.operation != 'UPDATE' || variables.where != '' || "
+        "variables.annotations[?'vnpu.io/template'] == variables.before[?'vnpu.io/template']",
     ]
     for policy in (npu, decisions):
         for validation in policy["validations"]:
