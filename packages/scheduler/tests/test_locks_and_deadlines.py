@@ -284,6 +284,27 @@ def test_a_binding_answered_late_is_a_success_when_it_landed(
     assert _notes(kube)[LOCK].endswith(f",{kube.namespace},job")  # kept for the device plugin
 
 
+@pytest.mark.parametrize("slow_api", [{"swallow": "/events"}], indirect=True)
+def test_events_the_api_never_answers_hold_up_no_bind(
+    kube: Any, make: Any, start_scheduler: Any, slow_api: Any
+) -> None:
+    """Every Event write hangs, and binds have one API thread: the Events wait on threads of
+    their own, so each bind still has the thread and succeeds, by its deadline."""
+    _, kubeconfig = slow_api
+    scheduler = start_scheduler(
+        kubeconfig=kubeconfig, api_threads=1, bind_timeout=3.0, lock_wait=0.5
+    )
+    names = [f"n{i}" for i in range(1, 5)]
+    for node in names:
+        kube.add_node(make.node(node))
+    for i, node in enumerate(names):
+        kube.add_pod(make.npu_pod(f"job{i}", memory=4000))
+        started = time.monotonic()
+        assert _bind(scheduler, kube, f"job{i}", node) == ""
+        assert time.monotonic() - started < 3.0 + 2.0
+    assert all(kube.pod(f"job{i}")["spec"]["nodeName"] == node for i, node in enumerate(names))
+
+
 def test_binds_queued_behind_a_held_lock_end_by_their_deadline(
     kube: Any, make: Any, start_scheduler: Any
 ) -> None:

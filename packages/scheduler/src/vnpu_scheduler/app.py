@@ -46,6 +46,7 @@ from vnpu_scheduler import (
     cluster,
     configsource,
     errors,
+    events,
     extender,
     inflight,
     informer,
@@ -145,9 +146,11 @@ class Service:
             ),
             self.in_flight,
         )
+        self.events = events.Recorder(api, self.stats)
+        self.binder.event = self.events.record
         self.reclaimer: reclaimer.Reclaimer | None = None
         if self.quotas is not None:
-            self.quotas.event = self.binder.event
+            self.quotas.event = self.events.record
             if config.reclaim and config.tenants_config:
                 lease = leader.LeaderLease(
                     api,
@@ -165,7 +168,7 @@ class Service:
                     config.policy,
                     lease,
                     config.reclaim_interval,
-                    self.binder.event,
+                    self.events.record,
                 )
         self.webhook = webhook.Webhook(
             lambda: self.cache.catalog,
@@ -383,10 +386,11 @@ class Service:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self.binder.drain()
+            await self.events.drain()
             for item in self.informers:
                 await asyncio.to_thread(item.stop)
             self.executor.shutdown(wait=False, cancel_futures=True)
+            self.events.close()
 
 
 @contextlib.contextmanager

@@ -28,15 +28,16 @@ the pod is seen unbound afterwards, the lock it wrote is released and the bind r
 the Binding landed after all, the bind succeeded; if that cannot be told (the API does not
 answer), the lock is kept and the bind refused, since releasing it under a pod that may be
 bound would hand its chips to the next bind (the device plugin frees it once the pod is
-served; if the pod is in fact unbound, another bind takes it over). Events record each
-outcome.
+served; if the pod is in fact unbound, another bind takes it over). A rollback that itself
+cannot finish by ``bind_timeout`` (its calls wait in a full thread pool) is abandoned and the
+bind refused, its lock left to the same take-over. Events record each outcome
+(``events.Recorder``, on threads of their own: they never wait in the binds' pool).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import copy
 import itertools
 import time
@@ -53,6 +54,7 @@ from vnpu_scheduler import (
     cache,
     cluster,
     errors,
+    events,
     inflight,
     metrics,
     nodelock,
@@ -147,7 +149,7 @@ class Binder:
         self._scheduler_name = scheduler_name
         self._deadline = deadline
         self._quota = quota
-        self._background: set[asyncio.Task[None]] = set()
+        self.event: events.EventSink = lambda *_: None  # app sets the event recorder
 
     async def bind(self, args: wire.ExtenderBindingArgs) -> str:
         """Bind the pod; a description of what it got. Raises BindError or kubeapi.ApiError.
@@ -178,8 +180,24 @@ class Binder:
             self._stats.binds.labels("failed").inc()
             self.event(pod, "Warning", "NPUBindFailed", f"Not bound to node {args.Node}: {exc}")
             raise
-        with cluster.deadline_at(started + self._deadline):
-            return await self._roll_back(pod, args.Node, who, progress)
+        # The rollback too ends by the deadline: its API calls may wait in a full thread pool
+        # (an overloaded API server), and kube-scheduler gives up on the bind soon after.
+        left = max(started + self._deadline - time.monotonic(), 0.0)
+        try:
+            async with asyncio.timeout(left):
+                with cluster.deadline_at(started + self._deadline):
+                    return await self._roll_back(pod, args.Node, who, progress)
+        except TimeoutError:
+            pass
+        message = (
+            f"bind of pod {who} to node {args.Node} did not finish in time (--bind-timeout "
+            f"{self._deadline:g} s), nor did its rollback: a node lock it took is taken over once "
+            "its pod stays unbound for --bind-timeout"
+        )
+        self._stats.binds.labels("failed").inc()
+        log.warning("bind_deadline", pod=who, node=args.Node, outcome="rollback_unfinished")
+        self.event(pod, "Warning", "NPUBindFailed", message)
+        raise errors.BindError(who, args.Node, "deadline", message)
 
     async def _pod(self, args: wire.ExtenderBindingArgs, who: str) -> Json:
         """The pod the bind is for, refused unless kube-scheduler could have asked for it."""
@@ -496,22 +514,3 @@ class Binder:
                 self._stats.bind_retries.inc()
                 await asyncio.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
-
-    def event(self, pod: Json, kind: str, reason: str, message: str) -> None:
-        """Record an event on the pod in the background; a failure is only logged."""
-
-        async def send() -> None:
-            try:
-                await self._run(self._api.record_event, pod, kind, reason, message)
-            except kubeapi.ApiError as exc:
-                log.warning("event_not_recorded", reason=reason, error=str(exc))
-
-        # A context of its own: the event must not inherit the bind's API deadline.
-        task = asyncio.get_running_loop().create_task(send(), context=contextvars.Context())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def drain(self) -> None:
-        """Wait for pending events (at shutdown)."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)

@@ -110,6 +110,12 @@ class Metrics:
             "1 when the last device-config load succeeded, 0 when the last good config is kept.",
             registry=registry,
         )
+        self.events_dropped = Counter(
+            "vnpu_scheduler_events_dropped",
+            "Kubernetes Events not written because too many were already waiting (the API is "
+            "slow or down).",
+            registry=registry,
+        )
         self.quota_refusals = Counter(
             "vnpu_scheduler_quota_refusals",
             "Pods held back by an NPU quota, by where (filter, bind, admission) and rule "

@@ -37,19 +37,17 @@ preset ``nodeName`` and forged decisions in the first place: docs/security.md.)
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from vnpu_core import fairshare, holdings, quotas, ranking, requests
-from vnpu_scheduler import cache, cluster, metrics, shares, tenancy
+from vnpu_scheduler import cache, cluster, events, metrics, shares, tenancy
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
 EVENTS_REMEMBERED = 4096
-EventSink = Callable[[Json, str, str, str], None]  # pod, type, reason, message
 LENDER_PENDING = "lender-pending"  # the rule of a refusal by lenders first
 # A lender's pending pod counts for lenders first unless its own quotas, or nodes that could
 # never take it, hold it back: waiting for it would block the borrower for nothing.
@@ -75,7 +73,7 @@ class QuotaGate:
         self._cache = nodes
         self._stats = stats
         self._scheduler_name = scheduler_name
-        self.event: EventSink = lambda *_: None  # app sets the binder's event recorder
+        self.event: events.EventSink = lambda *_: None  # app sets the event recorder
         self.demand = tenancy.Demand()
         self.meter = tenancy.Meter()
         self._told: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
