@@ -327,15 +327,16 @@ def test_runtime_class_and_pull_secrets(render):
 def test_images_default_to_the_app_version(render):
     manifests = render(
         {
-            "global": {"image": {"registry": "registry.example", "repository": "npu/vnpu"}},
+            "global": {"image": {"registry": "registry.example/npu"}},
             "exporter": {"image": {"tag": "dev"}},
         }
     )
     _, scheduler = manifests.container("vnpu-scheduler")
     _, plugin = manifests.container("device-plugin")
     _, exporter = manifests.container("exporter")
-    assert scheduler["image"] == plugin["image"] == "registry.example/npu/vnpu:0.1.0"
-    assert exporter["image"] == "registry.example/npu/vnpu:dev"
+    assert scheduler["image"] == "registry.example/npu/vnpu-scheduler:0.1.0"
+    assert plugin["image"] == "registry.example/npu/vnpu-device-plugin:0.1.0"
+    assert exporter["image"] == "registry.example/npu/vnpu-exporter:dev"
     _, kube_scheduler = manifests.container("kube-scheduler")
     assert kube_scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.31.0"
 

@@ -43,14 +43,15 @@ vnpu.io/job: vnpu-{{ .component }}
 {{- end -}}
 
 {{/*
-The image of a vnpu container: the component's image.repository/tag over global.image,
-tag defaulting to the chart's appVersion.
+The image of a vnpu container: global.image.registry (where `make push` put the images),
+then the component's image.repository, then its tag or global.image.tag, defaulting to the
+chart's appVersion.
   image  the component's image value ({repository, tag})
 */}}
 {{- define "vnpu.image" -}}
 {{- $global := .ctx.Values.global.image -}}
 {{- $own := .image | default dict -}}
-{{- $repository := $own.repository | default $global.repository -}}
+{{- $repository := $own.repository -}}
 {{- $tag := $own.tag | default $global.tag | default .ctx.Chart.AppVersion -}}
 {{- if $global.registry -}}
 {{- printf "%s/%s:%s" $global.registry $repository $tag -}}
