@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import threading
@@ -587,6 +588,9 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # A SIGTERM (timeout(1), kill) ends the run as Ctrl-C does: each cluster is stopped on the
+    # way out instead of being left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = " ".join(["benchmarks/bench_scale.py", *(sys.argv[1:] if argv is None else argv)])
     try:
         controlplane.binaries()
