@@ -23,9 +23,9 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from vnpu_core import protocol
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import collector, metrics, ownership, sampler, server, telemetry
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import control
 from vnpu_service import logs
 
 CHIPS = 16

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.dcmi import backend as dcmi_backend
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu import backend
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.sim import backend as sim_backend
 
-SOURCE = Path(__file__).parent.parent / "packages/device-plugin/tests/npu/stand_in_dcmi.c"
+SOURCE = Path(__file__).parent.parent / "packages/npu/tests/stand_in_dcmi.c"
 CALLS = 300
 ROUNDS = 5
 

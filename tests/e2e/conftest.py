@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import controlplane, kubectl, layout
 
 CLUSTER = """\

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from vnpu_core import catalog, protocol
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import layout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]

@@ -25,7 +25,7 @@ import kubernetes
 import pytest
 
 from vnpu_core import protocol
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import components
 
 NODE = "npu-1"
@@ -87,7 +87,7 @@ def node_agents(
     # <root>/var/lib/kubelet/device-plugins/vnpu-Ascend310P.sock.
     short = tempfile.TemporaryDirectory(prefix="vh", dir="/tmp")
     host = Path(short.name)
-    # The simulated node's state, as ``python -m vnpu_device_plugin.npu.sim DIR init --chip
+    # The simulated node's state, as ``python -m vnpu_npu.sim DIR init --chip
     # 310P3 --chips 2`` makes it.
     sim = host / SIM.lstrip("/")
     sim.mkdir(parents=True)

@@ -27,7 +27,7 @@ import yaml
 
 from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 from vnpu_sandbox.platform import components
 

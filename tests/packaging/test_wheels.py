@@ -75,9 +75,9 @@ def test_the_exporter_installs_alone_from_the_wheels(tmp_path: Path) -> None:
 
     listed = _run(*pip, "--python", python, "list", "--format", "json").stdout
     ours = {item["name"] for item in json.loads(listed) if item["name"].startswith("vnpu-")}
-    assert ours == {
+    assert ours == {  # the NPU access layer, not the device plugin
         "vnpu-core",
-        "vnpu-device-plugin",
+        "vnpu-npu",
         "vnpu-kubelet-api",
         "vnpu-service",
         "vnpu-exporter",

@@ -43,8 +43,8 @@ import yaml
 
 from vnpu_core import coordination, protocol
 from vnpu_device_plugin import plugin, settings
-from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 
 Json = dict[str, Any]

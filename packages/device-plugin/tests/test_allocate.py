@@ -19,8 +19,8 @@ import pytest
 
 from vnpu_core import protocol
 from vnpu_device_plugin import plugin, settings
-from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from vnpu_npu.sim import backend as sim_backend
 
 Node = Any
 Kit = Any
@@ -423,7 +423,7 @@ def test_the_dcmi_backend_on_the_stand_in_library_serves_a_vnpu(
     if gcc is None:
         pytest.skip("gcc is not installed, so the stand-in libdcmi.so cannot be built")
     library = tmp_path / "libdcmi.so"
-    source = Path(__file__).parent / "npu" / "stand_in_dcmi.c"
+    source = Path(__file__).parents[2] / "npu" / "tests" / "stand_in_dcmi.c"
     subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
     process = kit.PluginProcess(node, backend=["--backend", "dcmi", "--dcmi-library", str(library)])
     process.start(env={"VNPU_SIM_DIR": str(node.sim_dir)})

@@ -22,7 +22,7 @@ import pytest
 from structlog import testing
 
 from vnpu_device_plugin import custody, grants, ledger, metrics, podresources
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 
 Node = Any
 Kit = Any

@@ -17,9 +17,9 @@ import pytest
 
 from vnpu_core import protocol
 from vnpu_device_plugin import crashpoints
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.sim import control
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_npu import backend
+from vnpu_npu.sim import control
 
 Node = Any
 Kit = Any

@@ -30,9 +30,9 @@ from vnpu_device_plugin import (
     podwatch,
     reclaim,
 )
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import control
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import control
 from vnpu_sandbox.platform import apiplane
 
 Node = Any

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from vnpu_device_plugin import ledger, podresources, reclaim, reconciler
-from vnpu_device_plugin.npu.sim import control
+from vnpu_npu.sim import control
 
 Node = Any
 Kit = Any

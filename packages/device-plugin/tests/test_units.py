@@ -32,8 +32,8 @@ from vnpu_device_plugin import (
     registration,
     settings,
 )
-from vnpu_device_plugin.npu import backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from vnpu_npu import backend
 
 CW = "Ascend310P"
 UID = "3f2b8c1e-5d4a-4e6f-9a7b-0c1d2e3f4a5b"

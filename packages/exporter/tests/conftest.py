@@ -1,6 +1,6 @@
 """Fixtures: simulated nodes, pods as the scheduler annotates them, and an exporter over them.
 
-Chips are real simulated nodes (``vnpu_device_plugin.npu.sim``) in a temporary directory;
+Chips are real simulated nodes (``vnpu_npu.sim``) in a temporary directory;
 faults and load go in through ``sim.control`` as the sandbox does. Pods are the JSON the API
 serves, annotated with ``vnpu_core.protocol`` exactly as the scheduler binds them. The
 ``Exporter`` class wires the real sampler and collector on a fresh registry and refreshes
@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from vnpu_core import catalog, protocol
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_exporter import collector, metrics, ownership, podresources, sampler, telemetry
+from vnpu_npu import backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_service import kubeapi
 
 Json = dict[str, Any]

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import attribution, metrics, ownership, podresources
+from vnpu_npu.sim import control
 
 GiB = 1024**3
 MiB = 1024**2

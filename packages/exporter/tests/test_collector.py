@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import metrics
+from vnpu_npu import backend
+from vnpu_npu.sim import control
 
 GiB = 1024**3
 MiB = 1024**2
@@ -158,7 +158,7 @@ class FlakyBackend:
 
     def temperature(self, phy_id: int) -> int:
         if self.fail_temperature:
-            from vnpu_device_plugin.npu import errors
+            from vnpu_npu import errors
 
             raise errors.translate(-8005, "dcmi_get_device_temperature", phy_id)
         return self.inner.temperature(phy_id)
@@ -216,7 +216,7 @@ def test_scrape_does_not_call_the_driver(kit: Any, node310: Any) -> None:
 def test_no_inventory_means_no_chip_metrics(kit: Any, node310: Any) -> None:
     class NoChips(FlakyBackend):
         def chips(self) -> tuple[backend.ChipInfo, ...]:
-            from vnpu_device_plugin.npu import errors
+            from vnpu_npu import errors
 
             raise errors.LibraryError(("/usr/local/dcmi/libdcmi.so",), "not found")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import metrics
+from vnpu_npu.sim import control
 
 
 def _scenario(kit: Any, node: Any, compat: bool) -> Any:

@@ -32,9 +32,9 @@ import kubernetes
 import pytest
 import yaml
 
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import control
 from vnpu_exporter import dashboards, grafana
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import control
 from vnpu_sandbox.kubelet import apiclient, kubelet, nodestatus
 from vnpu_sandbox.platform import components
 

@@ -1,8 +1,6 @@
-"""vnpu-device-plugin: the node side of vnpu on Ascend NPUs.
+"""vnpu-device-plugin: the node side of vnpu on Ascend NPUs in classic mode. Chips are read and
+changed through the NPU access layer, ``vnpu_npu`` (package vnpu-npu).
 
-* ``vnpu_device_plugin.npu`` - the NPU access layer: the ``Backend`` protocol, the DCMI
-  backend (``libdcmi.so`` through ctypes) and the simulated backend. The device plugin
-  server and the exporter both read chips through it.
 * the kubelet device plugin (``vnpu-device-plugin``, ``plugin.Plugin``): registration and
   kubelet restarts (``registration``), the DevicePlugin service (``service``), device ids
   and health (``devices``, ``health``), node annotations (``publisher``), pod

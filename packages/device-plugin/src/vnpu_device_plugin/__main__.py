@@ -16,7 +16,7 @@ from types import FrameType
 import structlog
 
 from vnpu_device_plugin import errors, plugin, settings
-from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi, logs
 
 log = structlog.get_logger(__name__)

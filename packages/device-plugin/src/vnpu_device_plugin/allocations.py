@@ -64,8 +64,8 @@ from vnpu_device_plugin import (
     reclaim,
     settings,
 )
-from vnpu_device_plugin.npu import backend
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_npu import backend
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)

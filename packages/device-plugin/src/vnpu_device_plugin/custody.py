@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import structlog
 
 from vnpu_device_plugin import grants, ledger, metrics, podresources
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
 
 log = structlog.get_logger(__name__)
 UNAVAILABLE = "pod_resources_unavailable"

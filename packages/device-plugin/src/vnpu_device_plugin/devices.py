@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from vnpu_core import catalog, topology
 from vnpu_device_plugin import errors
-from vnpu_device_plugin.npu import backend
 from vnpu_kubelet_api import constants
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_npu import backend
 
 
 @dataclass(frozen=True)

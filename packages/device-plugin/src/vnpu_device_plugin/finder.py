@@ -62,7 +62,7 @@ import structlog
 
 from vnpu_core import protocol
 from vnpu_device_plugin import cluster, devices, errors, grants, metrics, podplan, podresources
-from vnpu_device_plugin.npu import backend
+from vnpu_npu import backend
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import structlog
 
 from vnpu_device_plugin import devices, metrics
-from vnpu_device_plugin.npu import backend, errors, faults
+from vnpu_npu import backend, errors, faults
 
 log = structlog.get_logger(__name__)
 

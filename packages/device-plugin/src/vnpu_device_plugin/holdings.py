@@ -55,7 +55,7 @@ from vnpu_device_plugin import (
     podresources,
     reclaim,
 )
-from vnpu_device_plugin.npu import backend, limits
+from vnpu_npu import backend, limits
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]

@@ -25,8 +25,8 @@ from collections.abc import Collection, Iterable
 import structlog
 
 from vnpu_device_plugin import crashpoints, custody, errors, ledger, metrics, podplan
-from vnpu_device_plugin.npu import backend, limits
-from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_npu import backend, limits
+from vnpu_npu import errors as npu_errors
 
 log = structlog.get_logger(__name__)
 _ID_TRIES = 3

@@ -44,10 +44,10 @@ from vnpu_device_plugin import (
     service,
     settings,
 )
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.dcmi import backend as dcmi_backend
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import config as sim_config
+from vnpu_npu import backend
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import config as sim_config
 
 log = structlog.get_logger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any
 from vnpu_core import catalog, protocol
 from vnpu_core import errors as core_errors
 from vnpu_device_plugin import devices, errors, names
-from vnpu_device_plugin.npu import backend
+from vnpu_npu import backend
 
 Json = dict[str, Any]
 

@@ -45,8 +45,8 @@ import structlog
 
 from vnpu_core import ledger as core_ledger
 from vnpu_device_plugin import cluster, custody, grants, ledger, lifecycle, metrics, podresources
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)

@@ -50,8 +50,8 @@ from vnpu_device_plugin import (
     nodelock,
     reclaim,
 )
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu import errors as npu_errors
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)

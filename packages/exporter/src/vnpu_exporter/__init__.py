@@ -1,7 +1,7 @@
 """vnpu-exporter: Prometheus metrics of one node's Ascend NPUs, vNPUs and the pods that hold them.
 
 ``__main__`` reads ``settings`` and wires the parts: ``sampler`` refreshes readings from the
-NPU access layer (``vnpu_device_plugin.npu``), the Kubernetes API (``pods``), the kubelet
+NPU access layer (``vnpu_npu``), the Kubernetes API (``pods``), the kubelet
 (``kubelet``, read into ``podresources``) and the device plugin's ledger (``ownership``) in the background;
 ``collector`` turns one snapshot per scrape into the families of ``metrics`` (and
 ``compat``'s npu-exporter names), tying allocations to pods with ``attribution``;

@@ -17,10 +17,6 @@ import prometheus_client
 import structlog
 from prometheus_client import CollectorRegistry
 
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu import errors as npu_errors
-from vnpu_device_plugin.npu.dcmi import backend as dcmi_backend
-from vnpu_device_plugin.npu.sim import backend as sim_backend
 from vnpu_exporter import (
     collector,
     errors,
@@ -32,6 +28,10 @@ from vnpu_exporter import (
     settings,
     telemetry,
 )
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.sim import backend as sim_backend
 from vnpu_service import logs
 
 

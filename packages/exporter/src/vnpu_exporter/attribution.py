@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vnpu_core import catalog, errors, inventory, ledger, protocol
-from vnpu_device_plugin.npu import backend
 from vnpu_exporter import metrics, ownership, podresources
+from vnpu_npu import backend
 
 Kind = metrics.AllocationKind
 How = metrics.Attribution

@@ -3,7 +3,7 @@
 ``__main__`` registers one ``NodeCollector`` on the service's registry; ``exposition``
 calls ``collect`` (through the registry) on every scrape. It reads ``sampler.Snapshot`` (never the driver), ties
 allocations to chips and vNPUs with ``attribution`` (memoised while its inputs are the same
-objects, i.e. until a group refreshes), measures what each allocation uses, and yields the
+objects, i.e. until a group refreshes), measures what each allocation uses (``usage``), and yields the
 families defined in ``metrics``; with ``compat`` also npu-exporter's (``compat``). A value
 that is missing from the snapshot is missing from the answer: no zero, no stale value.
 """
@@ -13,26 +13,16 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from vnpu_core import budgets, catalog, inventory
-from vnpu_device_plugin.npu import backend, faults
-from vnpu_exporter import attribution, compat, exposition, metrics, sampler
+from vnpu_exporter import attribution, compat, exposition, metrics, sampler, usage
+from vnpu_npu import backend, faults
 
-MIB = 1024 * 1024
+MIB = usage.MIB
 Kind = metrics.AllocationKind
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """An allocation with what it uses, where the driver reports it."""
-
-    allocation: attribution.Allocation
-    memory_used_bytes: float | None
-    utilization: float | None
 
 
 class Families:
@@ -54,28 +44,6 @@ class Families:
 def model_label(chip: backend.ChipInfo, model: catalog.ChipModel | None) -> str:
     """The ``model`` label: the resource word (``Ascend310P``), or DCMI's chip name if unknown."""
     return model.common_word if model is not None else chip.chip_name
-
-
-def measure(item: attribution.Allocation, snapshot: sampler.Snapshot, alone: bool) -> Measured:
-    """What ``item`` uses: whole chips (and a chip's only soft slice) use what the chip uses;
-    a vNPU what the driver's vNPU activity query says (310P); otherwise unmeasured."""
-    phy = item.phy
-    if phy is None:
-        return Measured(item, None, None)
-    chip_wide = item.kind is Kind.WHOLE or (item.kind is Kind.SOFT and alone)
-    if chip_wide:
-        memory = snapshot.memory.get(phy)
-        percent = snapshot.aicore_percent.get(phy)
-        used = memory.used_mib * MIB if memory is not None else None
-        return Measured(item, used, percent / 100 if percent is not None else None)
-    if item.kind is Kind.VNPU and item.vnpu_id is not None:
-        usage = snapshot.vnpu_usage.get(item.vnpu_id)
-        if usage is not None:
-            return Measured(item, usage.memory_used_kib * 1024, usage.aicore_percent / 100)
-        listed = next((v for v in snapshot.vnpus.get(phy, ()) if v.vnpu_id == item.vnpu_id), None)
-        if listed is not None and listed.memory_used_mib is not None:
-            return Measured(item, listed.memory_used_mib * MIB, None)
-    return Measured(item, None, None)
 
 
 def stranded(chip: inventory.Chip, used: inventory.ChipUsage) -> tuple[int, int]:
@@ -148,7 +116,7 @@ class NodeCollector(Collector):
             if item.phy is not None:
                 on_chip[item.phy].append(item)
         measured = [
-            measure(item, snapshot, item.phy is not None and len(on_chip[item.phy]) == 1)
+            usage.measure(item, snapshot, item.phy is not None and len(on_chip[item.phy]) == 1)
             for item in result.allocations
         ]
         out = Families()
@@ -229,7 +197,7 @@ class NodeCollector(Collector):
             out.add(metrics.CHIP_STRANDED_MEMORY, labels, memory_left * MIB)
             out.add(metrics.CHIP_STRANDED_AICORES, labels, cores_left)
 
-    def _allocations(self, out: Families, measured: list[Measured]) -> None:
+    def _allocations(self, out: Families, measured: list[usage.Measured]) -> None:
         seen: set[tuple[str, ...]] = set()
         for m in measured:
             a = m.allocation
@@ -263,8 +231,8 @@ class NodeCollector(Collector):
             o.container,
         ]
 
-    def _namespaces(self, out: Families, measured: list[Measured]) -> None:
-        groups: dict[tuple[str, str], list[Measured]] = defaultdict(list)
+    def _namespaces(self, out: Families, measured: list[usage.Measured]) -> None:
+        groups: dict[tuple[str, str], list[usage.Measured]] = defaultdict(list)
         for m in measured:
             groups[(m.allocation.owner.namespace, m.allocation.model.common_word)].append(m)
         for (namespace, model), items in sorted(groups.items()):

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import vnpu_exporter
-from vnpu_device_plugin.npu import backend
-from vnpu_exporter import exposition, metrics
-
-if TYPE_CHECKING:  # the collector imports this module; only the types flow back
-    from vnpu_exporter import collector, sampler
+from vnpu_exporter import exposition, metrics, sampler, usage
+from vnpu_npu import backend
 
 Kind = metrics.AllocationKind
 _DEFS = {d.name: d for d in metrics.COMPAT}
@@ -51,7 +48,7 @@ def _container_ids(pods: Sequence[Mapping[str, Any]] | None) -> dict[tuple[str, 
 
 
 def families(
-    node: str, snapshot: sampler.Snapshot, measured: Sequence[collector.Measured]
+    node: str, snapshot: sampler.Snapshot, measured: Sequence[usage.Measured]
 ) -> Iterator[exposition.GaugeTable]:
     """npu-exporter's families for this snapshot."""
     made: dict[str, exposition.GaugeTable] = {}
@@ -64,7 +61,7 @@ def families(
 
     add("npu_exporter_version_info", [vnpu_exporter.__version__], 1)
     chips = snapshot.chips or ()
-    holders: dict[int, list[collector.Measured]] = defaultdict(list)
+    holders: dict[int, list[usage.Measured]] = defaultdict(list)
     for m in measured:
         if m.allocation.phy is not None:
             holders[m.allocation.phy].append(m)
@@ -118,7 +115,7 @@ def _sensors(add: Add, chip: backend.ChipInfo, snapshot: sampler.Snapshot, card:
         add(f"{prefix}used_memory", card, memory.used_mib)
 
 
-def _container(add: Add, m: collector.Measured, card: list[str]) -> None:
+def _container(add: Add, m: usage.Measured, card: list[str]) -> None:
     """A chip one container holds whole: npu-exporter's container_npu_* series."""
     add("container_npu_total_memory", card, m.allocation.memory_mib)
     if m.memory_used_bytes is not None:
@@ -127,9 +124,7 @@ def _container(add: Add, m: collector.Measured, card: list[str]) -> None:
         add("container_npu_utilization", card, m.utilization * 100)
 
 
-def _vnpu(
-    add: Add, chip: backend.ChipInfo, m: collector.Measured, snapshot: sampler.Snapshot
-) -> None:
+def _vnpu(add: Add, chip: backend.ChipInfo, m: usage.Measured, snapshot: sampler.Snapshot) -> None:
     """A vNPU with activity figures (310P): npu-exporter's vnpu_pod_* series."""
     a = m.allocation
     if a.kind is not Kind.VNPU or a.vnpu_id is None:

@@ -1,6 +1,6 @@
 """Errors of the exporter, and which of them a later refresh can fix.
 
-The NPU access layer raises its own ``vnpu_device_plugin.npu.errors.NpuError`` family and the
+The NPU access layer raises its own ``vnpu_npu.errors.NpuError`` family and the
 Kubernetes API source (``pods``) raises ``vnpu_service.kubeapi.ApiError`` and its subclasses;
 the exporter's other sources translate everything else at their boundary into these::
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from vnpu_device_plugin.npu import backend, faults
+from vnpu_npu import backend, faults
 
 
 class Kind(StrEnum):

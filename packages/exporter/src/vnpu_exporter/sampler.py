@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 import structlog
 
 from vnpu_core import catalog, ledger
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu import errors as npu_errors
 from vnpu_exporter import errors, metrics, ownership, podresources, pods, telemetry
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)

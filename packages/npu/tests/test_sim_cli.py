@@ -1,4 +1,4 @@
-"""``python -m vnpu_device_plugin.npu.sim``: create a node, inject faults and load, manage vNPUs."""
+"""``python -m vnpu_npu.sim``: create a node, inject faults and load, manage vNPUs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.sim import __main__ as cli
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu import backend
+from vnpu_npu.sim import __main__ as cli
+from vnpu_npu.sim import backend as sim_backend
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -24,7 +24,7 @@ def test_module_runs_as_a_program(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "vnpu_device_plugin.npu.sim",
+            "vnpu_npu.sim",
             str(tmp_path / "n"),
             "init",
             "--chip",

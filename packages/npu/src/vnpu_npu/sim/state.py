@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vnpu_device_plugin.npu import backend, errors, faults
+from vnpu_npu import backend, errors, faults
 
 FORMAT = 1
 STATE_FILE = "state.txt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vnpu_device_plugin.npu import errors
+from vnpu_npu import errors
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from vnpu_device_plugin.npu import backend
-from vnpu_device_plugin.npu.dcmi import backend as dcmi_backend
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu import backend
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.sim import backend as sim_backend
 
 SOURCE = Path(__file__).with_name("stand_in_dcmi.c")
 KINDS = ("sim", "dcmi", "dcmi-old")

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from vnpu_device_plugin.npu import backend, errors
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import config, control, state, store
+from vnpu_npu import backend, errors
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import config, control, state, store
 
 
 def _parse(text: str) -> config.SimConfig:

@@ -1,16 +1,16 @@
-"""Command line for simulated nodes: ``python -m vnpu_device_plugin.npu.sim DIR COMMAND``.
+"""Command line for simulated nodes: ``python -m vnpu_npu.sim DIR COMMAND``.
 
 For people and the sandbox: create a node, look at it, inject faults and load, and
 create or destroy vNPUs the way ``npu-smi set -t create-vnpu`` does::
 
-    python -m vnpu_device_plugin.npu.sim DIR init --chip 310P3 --chips 4
-    python -m vnpu_device_plugin.npu.sim DIR show
-    python -m vnpu_device_plugin.npu.sim DIR fault --chip 2 --health critical --code 80E18402
-    python -m vnpu_device_plugin.npu.sim DIR fault --chip 2 --gone | --clear
-    python -m vnpu_device_plugin.npu.sim DIR load --chip 0 --aicore 55 --memory 1024
-    python -m vnpu_device_plugin.npu.sim DIR load --vnpu 100 --aicore 30 --memory 512 --in-use
-    python -m vnpu_device_plugin.npu.sim DIR create --chip 0 --template vir02 [--id 101]
-    python -m vnpu_device_plugin.npu.sim DIR destroy --chip 0 --id 101
+    python -m vnpu_npu.sim DIR init --chip 310P3 --chips 4
+    python -m vnpu_npu.sim DIR show
+    python -m vnpu_npu.sim DIR fault --chip 2 --health critical --code 80E18402
+    python -m vnpu_npu.sim DIR fault --chip 2 --gone | --clear
+    python -m vnpu_npu.sim DIR load --chip 0 --aicore 55 --memory 1024
+    python -m vnpu_npu.sim DIR load --vnpu 100 --aicore 30 --memory 512 --in-use
+    python -m vnpu_npu.sim DIR create --chip 0 --template vir02 [--id 101]
+    python -m vnpu_npu.sim DIR destroy --chip 0 --id 101
 
 Exit status 0 on success, 1 when the node refuses (the error is printed), 2 on bad usage.
 """
@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vnpu_device_plugin.npu import backend, errors, faults
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import config, control
+from vnpu_npu import backend, errors, faults
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import config, control
 
 _HEALTH = {h.name.lower(): h for h in backend.Health}
 
@@ -38,7 +38,7 @@ def _code(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m vnpu_device_plugin.npu.sim", description=__doc__.splitlines()[0]
+        prog="python -m vnpu_npu.sim", description=__doc__.splitlines()[0]
     )
     parser.add_argument("dir", type=Path, help="the simulated node's directory")
     commands = parser.add_subparsers(dest="command", required=True)

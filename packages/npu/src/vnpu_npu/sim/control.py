@@ -1,6 +1,6 @@
 """Fault, load and container-use injection into a simulated node.
 
-Tests, the sandbox and people (through ``python -m vnpu_device_plugin.npu.sim``) call
+Tests, the sandbox and people (through ``python -m vnpu_npu.sim``) call
 these to make a simulated chip misbehave or look busy; both simulated backends (the
 Python one and the stand-in libdcmi.so) see the change on their next call. Each function
 is one locked update of the state file.
@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vnpu_device_plugin.npu import backend, errors
-from vnpu_device_plugin.npu.sim import state, store
+from vnpu_npu import backend, errors
+from vnpu_npu.sim import state, store
 
 
 def _edit_status(

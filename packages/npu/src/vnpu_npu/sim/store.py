@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from vnpu_core import catalog, topology
-from vnpu_device_plugin.npu import backend, errors, limits
-from vnpu_device_plugin.npu.sim import config, state
+from vnpu_npu import backend, errors, limits
+from vnpu_npu.sim import config, state
 
 LOCK_FILE = "state.lock"
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class Store:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError as exc:
-            problem = "no state yet: run `python -m vnpu_device_plugin.npu.sim DIR init`"
+            problem = "no state yet: run `python -m vnpu_npu.sim DIR init`"
             raise errors.SimError(str(self.path), "file", str(self.path), problem) from exc
         return state.parse(text, str(self.path))
 

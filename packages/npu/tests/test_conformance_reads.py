@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_device_plugin.npu import backend, errors, faults
-from vnpu_device_plugin.npu.sim import control
+from vnpu_npu import backend, errors, faults
+from vnpu_npu.sim import control
 
 UUID = re.compile(r"^[0-9A-F]{8}(-[0-9A-F]{8}){4}$")
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from vnpu_core import catalog, topology
-from vnpu_device_plugin.npu import backend, errors, faults
+from vnpu_npu import backend, errors, faults
 
 CHIPS_FILE = "chips.yaml"
 MAX_CHIPS = 64

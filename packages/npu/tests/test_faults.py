@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vnpu_device_plugin.npu import backend, faults
-from vnpu_device_plugin.npu.faults import FaultLevel
+from vnpu_npu import backend, faults
+from vnpu_npu.faults import FaultLevel
 
 H = backend.Health
 

@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 
 from vnpu_core import catalog
-from vnpu_device_plugin.npu import backend, errors, limits
-from vnpu_device_plugin.npu.sim import config, state, store
+from vnpu_npu import backend, errors, limits
+from vnpu_npu.sim import config, state, store
 
 _FN_CREATE = "dcmi_create_vdevice"
 _FN_DESTROY = "dcmi_set_destroy_vdevice"

@@ -5,5 +5,5 @@
 * ``store`` - locked reads and atomic updates of the state file, creation from ``chips.yaml``.
 * ``backend`` - ``SimBackend``, the ``Backend`` protocol over the directory.
 * ``control`` - fault, load and container-use injection.
-* ``__main__`` - ``python -m vnpu_device_plugin.npu.sim DIR ...`` for people and the sandbox.
+* ``__main__`` - ``python -m vnpu_npu.sim DIR ...`` for people and the sandbox.
 """

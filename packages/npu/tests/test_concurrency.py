@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_device_plugin.npu.sim import backend as sim_backend
+from vnpu_npu.sim import backend as sim_backend
 
 WORKER = """
 import os, sys, time
 from pathlib import Path
-from vnpu_device_plugin.npu import errors
+from vnpu_npu import errors
 
 kind, sim_dir, library, name, mode, rounds = sys.argv[1:7]
 if kind == "sim":
-    from vnpu_device_plugin.npu.sim import backend
+    from vnpu_npu.sim import backend
     npu = backend.SimBackend(sim_dir)
 else:
     os.environ["VNPU_SIM_DIR"] = sim_dir
-    from vnpu_device_plugin.npu.dcmi import backend
+    from vnpu_npu.dcmi import backend
     npu = backend.DcmiBackend(library)
 Path(sim_dir, "ready." + name).touch()
 while not Path(sim_dir, "go").exists():

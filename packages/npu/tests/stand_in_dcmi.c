@@ -3,7 +3,7 @@
  * structure layouts as Ascend's dcmi_interface_api.h) answered from a simulated node.
  *
  * The node is the directory named by the environment variable VNPU_SIM_DIR, read on
- * every call: DIR/state.txt in the line format of vnpu_device_plugin.npu.sim.state,
+ * every call: DIR/state.txt in the line format of vnpu_npu.sim.state,
  * guarded by flock(2) on DIR/state.lock (shared to read, exclusive to change). Changes
  * write DIR/state.txt.<pid>.tmp and rename it over state.txt; this library rewrites
  * only "vnpu" lines and copies every other line unchanged. The Python side creates the

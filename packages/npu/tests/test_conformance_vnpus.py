@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_device_plugin.npu import backend, errors
-from vnpu_device_plugin.npu.sim import control
+from vnpu_npu import backend, errors
+from vnpu_npu.sim import control
 
 Open = Callable[[Path], backend.Backend]
 

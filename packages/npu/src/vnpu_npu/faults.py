@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from vnpu_device_plugin.npu import backend
+from vnpu_npu import backend
 
 CARD_DROP = 0x40F84E00  # synthesised when dcmi_get_device_health answers -8012
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from vnpu_device_plugin.npu import errors
-from vnpu_device_plugin.npu.dcmi import backend as dcmi_backend
-from vnpu_device_plugin.npu.dcmi import library, structs
-from vnpu_device_plugin.npu.sim import backend as sim_backend
-from vnpu_device_plugin.npu.sim import control
+from vnpu_npu import errors
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.dcmi import library, structs
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import control
 
 STRUCTS = [
     structs.ChipInfo,

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from vnpu_core import budgets, catalog, inventory
-from vnpu_device_plugin.npu import errors
+from vnpu_npu import errors
 
 ID_BASE = 100
 ID_STRIDE = 16  # each physical chip owns 16 ids: [phy*16+100, phy*16+115]

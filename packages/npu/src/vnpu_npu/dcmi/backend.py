@@ -19,8 +19,8 @@ import ctypes
 from ctypes import byref, c_int, c_uint
 
 from vnpu_core import catalog
-from vnpu_device_plugin.npu import backend, errors, limits
-from vnpu_device_plugin.npu.dcmi import library, structs
+from vnpu_npu import backend, errors, limits
+from vnpu_npu.dcmi import library, structs
 
 _CREATE = "dcmi_create_vdevice"
 _DESTROY = "dcmi_set_destroy_vdevice"

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vnpu_device_plugin.npu import errors
-from vnpu_device_plugin.npu.dcmi import structs
+from vnpu_npu import errors
+from vnpu_npu.dcmi import structs
 
 LIBRARY_NAME = "libdcmi.so"
 DEFAULT_PATHS = (
