@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from vnpu_core import protocol
 from vnpu_exporter import collector, metrics, ownership, sampler, server, telemetry
+from vnpu_npu import ledger
 from vnpu_npu.sim import backend as sim_backend
 from vnpu_npu.sim import control
 from vnpu_service import logs
@@ -48,10 +49,11 @@ class _Pods:
 
 def _node(
     directory: Path,
-) -> tuple[sim_backend.SimBackend, list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[sim_backend.SimBackend, list[dict[str, Any]], list[ledger.Record]]:
     (directory / "chips.yaml").write_text(f"chip: 310P3\nchips: {CHIPS}\nseed: bench\n")
     npu = sim_backend.SimBackend(directory)
-    pods, records = [], []
+    pods: list[dict[str, Any]] = []
+    records: list[ledger.Record] = []
     for chip in npu.chips():
         for n in range(PER_CHIP):
             vnpu = npu.create_vnpu(chip.phy_id, "vir01")
@@ -79,14 +81,19 @@ def _node(
                 }
             )
             records.append(
-                {
-                    "namespace": f"team-{n % 4}",
-                    "pod": name,
-                    "container": "main",
-                    "chip": chip.phy_id,
-                    "vnpu_id": vnpu,
-                    "template": "vir01",
-                }
+                ledger.Record(
+                    f"uid-{name}",
+                    f"team-{n % 4}",
+                    name,
+                    "main",
+                    False,
+                    chip.phy_id,
+                    chip.uuid,
+                    vnpu,
+                    "vir01",
+                    ledger.State.OWNED,
+                    0.0,
+                )
             )
         control.set_load(directory, chip.phy_id, aicore_percent=40, memory_mib=2048)
     return npu, pods, records
@@ -96,9 +103,7 @@ def _measure(directory: Path, compat: bool, every: float | None) -> tuple[list[f
     npu, pods, records = _node(directory)
     state = directory / "plugin-state"
     state.mkdir(exist_ok=True)
-    (state / ownership.FILE).write_text(
-        json.dumps({"format": ownership.FORMAT, "records": records})
-    )
+    ledger.write(state / ledger.FILE, records, durable=False)  # as the device plugin writes it
     registry = CollectorRegistry()
     instruments = telemetry.Telemetry(registry)
     reader = sampler.Sampler(
@@ -109,7 +114,11 @@ def _measure(directory: Path, compat: bool, every: float | None) -> tuple[list[f
         ledger_source=ownership.LedgerFile(state),
         intervals=dict.fromkeys(metrics.Group, every) if every else sampler.DEFAULT_INTERVALS,
     )
-    registry.register(collector.NodeCollector(reader.snapshot, NODE, npu_exporter_compat=compat))
+    registry.register(
+        collector.NodeCollector(
+            reader.snapshot, NODE, backend_name="sim", npu_exporter_compat=compat
+        )
+    )
     listener = server.MetricsServer(registry, instruments, reader.stuck, "127.0.0.1", 0)
     reader.start()
     listener.start()

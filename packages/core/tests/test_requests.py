@@ -50,6 +50,23 @@ def test_310p_memory_rounds_like_hami(memory: object, shape: str, rounded: int) 
     assert request.memory_mib == rounded
 
 
+@pytest.mark.parametrize("memory", ["22000", "24576"])
+def test_memory_above_a_pods_share_of_a_chip_gets_the_whole_chip_with_a_note(memory: str) -> None:
+    request = parse(pod(ctr(Ascend310P=1, Ascend310P_memory=memory)))
+    (item,) = request.requests
+    assert item.whole
+    assert item.memory_mib == 21527
+    (note,) = request.notes
+    assert note.startswith(
+        f"container 'main': huawei.com/Ascend310P-memory={memory} is more than one Ascend310P "
+        "gives a pod (21527 MiB of the chip's 24576 MiB)"
+    )
+
+
+def test_memory_up_to_a_pods_share_of_a_chip_has_no_note() -> None:
+    assert parse(pod(ctr(Ascend310P=1, Ascend310P_memory=21527))).notes == ()
+
+
 def test_rounding_keeps_same_memory_variants_in_preference_order() -> None:
     (request,) = parse(pod(ctr(Ascend310P=1, Ascend310P_memory=5000))).requests
     assert [t.name for t in request.templates] == ["vir02", "vir02_1c"]

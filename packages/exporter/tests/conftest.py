@@ -190,8 +190,12 @@ class Exporter:
             ledger_source=self.ledger,
             clock=self.clock,
         )
+        simulated = isinstance(self.npu, sim_backend.SimBackend)
         self.collector = collector.NodeCollector(
-            self.sampler.snapshot, NODE, npu_exporter_compat=self.compat
+            self.sampler.snapshot,
+            NODE,
+            npu_exporter_compat=self.compat,
+            backend_name="sim" if simulated else "dcmi",
         )
         self.registry.register(self.collector)
 

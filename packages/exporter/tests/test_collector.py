@@ -35,6 +35,7 @@ def test_chip_values_and_units(kit: Any, node310: Any) -> None:
             device="1",
             logic="1",
             memory_kind="ddr",
+            backend="sim",
         )
         == 1
     )
@@ -127,6 +128,7 @@ def test_a_gone_chip_reads_as_gone_and_its_values_go_missing(kit: Any, node310: 
             device="1",
             logic="3",
             memory_kind="ddr",
+            backend="sim",
         )
         == 1
     )

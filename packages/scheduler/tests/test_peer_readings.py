@@ -143,3 +143,35 @@ def test_a_blank_uuid_list_does_not_filter_out_every_chip(
     }
     assert scheduler.post("bind", body).json() == {"Error": ""}
     assert kube.pod("job")["spec"]["nodeName"] == "n1"
+
+
+def test_memory_above_what_a_chip_gives_a_pod_is_never_cut_silently(
+    kube: Any, make: Any, scheduler: Any
+) -> None:
+    """HAMi reads 22000 MiB on a 310P (21527 of its 24576 MiB go to a pod) as a whole chip of
+    21527. vnpu gives the same chip, but leaves the figure the pod wrote and says so, at
+    admission and in an event when it binds."""
+    expected = (
+        "container 'main': huawei.com/Ascend310P-memory=22000 is more than one Ascend310P gives "
+        "a pod (21527 MiB of the chip's 24576 MiB): it gets a whole chip with 21527 MiB"
+    )
+    reply, patch = _mutate(scheduler, make.pod("big", memory="22000"))
+    assert reply["allowed"] is True
+    assert LIMITS + "Ascend310P-memory" not in patch, "never rewritten to less than asked"
+    (said,) = reply["warnings"]
+    assert said.startswith(expected)
+    # At the chip's own share or below, a whole chip is exactly what was asked: no warning.
+    fits, patch = _mutate(scheduler, make.pod("share", memory="21527"))
+    assert "warnings" not in fits
+    assert LIMITS + "Ascend310P-memory" not in patch
+
+    kube.add_node(make.node("n1"))
+    pod = kube.add_pod(make.npu_pod("big", memory=22000))
+    body = {"PodName": "big", "PodNamespace": kube.namespace, "PodUID": pod["metadata"]["uid"]}
+    assert scheduler.post("bind", {**body, "Node": "n1"}).json() == {"Error": ""}
+    notes = kube.pod("big")["metadata"]["annotations"]
+    assert notes["hami.io/Ascend310P-devices-allocated"] == "n1-Ascend310P-0,Ascend310P,21527,0:;"
+    scheduler.wait_for(lambda: any(e["reason"] == "NPURequestAdjusted" for e in kube.events("big")))
+    event = next(e for e in kube.events("big") if e["reason"] == "NPURequestAdjusted")
+    assert event["type"] == "Warning"
+    assert expected in event["message"]

@@ -262,6 +262,13 @@ def round_container(
     if memory is None or not fitting:
         count, note = super_pod_count(model, container, count)
         notes.extend([note] if note else [])
+        if memory is not None and memory > model.memory_allocatable_mib:
+            notes.append(
+                f"container {container!r}: {memory_name}={memory // factor} is more than one "
+                f"{model.common_word} gives a pod ({model.memory_allocatable_mib} MiB of the "
+                f"chip's {model.memory_capacity_mib} MiB): it gets a whole chip with "
+                f"{model.memory_allocatable_mib} MiB, as HAMi gives it"
+            )
         whole = ContainerRequest(
             container, init, model, count, model.memory_allocatable_mib, whole=True
         )

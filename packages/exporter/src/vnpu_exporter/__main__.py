@@ -75,7 +75,10 @@ def build(
     )
     registry.register(
         collector.NodeCollector(
-            reader.snapshot, config.node_name, npu_exporter_compat=config.npu_exporter_compat
+            reader.snapshot,
+            config.node_name,
+            npu_exporter_compat=config.npu_exporter_compat,
+            backend_name=config.backend.value,
         )
     )
     listener = server.MetricsServer(registry, instruments, reader.stuck, config.host, config.port)

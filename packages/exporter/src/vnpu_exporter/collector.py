@@ -64,11 +64,13 @@ class NodeCollector(Collector):
         source: Callable[[], sampler.Snapshot],
         node: str,
         *,
+        backend_name: str,
         npu_exporter_compat: bool = False,
         models: catalog.Catalog = catalog.BUILTIN,
     ) -> None:
         self.source = source
         self.node = node
+        self.backend_name = backend_name  # vnpu_chip_info{backend}: alerts on real use skip "sim"
         self.compat = npu_exporter_compat
         self.models = models
         self._memo: tuple[tuple[object, ...], attribution.Result] | None = None
@@ -143,7 +145,8 @@ class NodeCollector(Collector):
         model = attribution.model_of(chip, self.models)
         labels = [self.node, str(phy), chip.uuid, model_label(chip, model)]
         info = [chip.chip_name, chip.model_name, chip.bdf, str(chip.card_id), str(chip.device_id)]
-        out.add(metrics.CHIP_INFO, [*labels, *info, str(chip.logic_id), chip.memory_kind.value], 1)
+        kind = chip.memory_kind.value
+        out.add(metrics.CHIP_INFO, [*labels, *info, str(chip.logic_id), kind, self.backend_name], 1)
         out.add(metrics.CHIP_AICORES, labels, chip.aicore)
         if phy in snapshot.health:
             health = snapshot.health[phy]

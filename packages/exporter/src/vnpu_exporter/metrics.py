@@ -143,7 +143,7 @@ UNREADABLE_PODS = _g("vnpu_exporter_unreadable_pods", "Pods bound to this node w
 
 # --- chips -------------------------------------------------------------------------------------
 
-CHIP_INFO = _g("vnpu_chip_info", "One per chip, value 1; labels name the chip as DCMI reports it.", (*CHIP, "chip_name", "model_name", "bdf", "card", "device", "logic", "memory_kind"))
+CHIP_INFO = _g("vnpu_chip_info", "One per chip, value 1; labels name the chip as DCMI reports it, and the backend that reads it (dcmi, or sim for a simulated chip).", (*CHIP, "chip_name", "model_name", "bdf", "card", "device", "logic", "memory_kind", "backend"))
 CHIP_PRESENT = _g("vnpu_chip_present", "1 while the chip answers the driver, 0 when it dropped off the bus or is not ready.", CHIP)
 CHIP_HEALTHY = _g("vnpu_chip_healthy", "1 when the chip's fault level lets the kubelet use it (Healthy), 0 otherwise.", CHIP)
 CHIP_FAULT_LEVEL = _g("vnpu_chip_fault_level", "The chip's worst fault level: 1 for the current level, 0 for every other.", (*CHIP, "level"))

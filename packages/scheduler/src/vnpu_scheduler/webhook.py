@@ -6,7 +6,9 @@ that asks for Ascend resources:
 
 * rounds ``huawei.com/<CW>-memory`` in every section that names the chip count to the
   template (or soft quota) the pod will really get, and fills it with the chip's memory
-  for whole-chip requests, so ResourceQuota and accounting see what is held;
+  for whole-chip requests, so ResourceQuota and accounting see what is held; a figure
+  above what a whole chip gives a pod (22000 on a 310P, which gives 21527 of its 24576
+  MiB) is never cut: it stays as written and a warning says what the pod gets;
 * sets ``spec.schedulerName`` when it is empty or ``default-scheduler``; a pod sent to
   another scheduler (Volcano, say) is left untouched;
 * denies a request no chip can serve or that is malformed, naming the container, the
@@ -45,6 +47,14 @@ log = structlog.get_logger(__name__)
 def _pointer(*parts: object) -> str:
     """A JSON pointer from its unescaped parts (``huawei.com/x`` becomes ``huawei.com~1x``)."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _above(item: requests.ContainerRequest, asked: object, rounded: str) -> bool:
+    """Whether ``asked`` is more memory than the whole chips ``item`` gets: it stays as asked
+    (never cut to less than the pod wrote); the request's note warns what it gets."""
+    return item.whole and requests.parse_quantity(
+        item.container, item.model.memory_resource, asked
+    ) > int(rounded)
 
 
 def _apply(pod: Json, patch: list[Json]) -> Json:
@@ -205,7 +215,8 @@ class Webhook:
                     continue
                 where = ("spec", section, index, "resources", kind)
                 patch.extend(_adjusted(where, values, item))
-                if str(values.get(model.memory_resource)) == value:
+                asked = values.get(model.memory_resource)
+                if str(asked) == value or (asked is not None and _above(item, asked, value)):
                     continue
                 path = _pointer(*where, model.memory_resource)
                 patch.append({"op": "add", "path": path, "value": value})

@@ -197,7 +197,7 @@ class Scenario:
         pods = self.ctl.items(["get", "pods", "-A"])
         use = placements.model_use(pods, self.ctl.items(["get", "nodes"]))
         heading(title)
-        print(f"{'MODEL':<14} {'CHIPS IN USE':<13} {'MEMORY OF ALLOCATABLE':<24} HOLDINGS")
+        print(f"{'MODEL':<14} {'CHIPS IN USE':<13} {'MEMORY ALLOCATED':<24} HOLDINGS")
         for model in use.values():
             memory = f"{model.memory_allocated_mib / 1024:.0f} of {model.memory_mib / 1024:.0f} GiB"
             share = model.memory_allocated_mib / model.memory_mib if model.memory_mib else 0.0

@@ -20,7 +20,7 @@ MODELS = catalog.BUILTIN
 
 @dataclass(frozen=True, slots=True)
 class Chip:
-    """A registered chip: node, enumeration index, model (common word), memory and cores."""
+    """A registered chip: node, enumeration index, model (common word), memory capacity."""
 
     node: str
     index: int
@@ -66,7 +66,11 @@ def chips(nodes: Iterable[Json]) -> dict[str, Chip]:
             except errors.ProtocolError:
                 continue
             for chip in registered:
-                found[chip.id] = Chip(name, chip.index, chip.type, chip.devmem)
+                model = MODELS.by_common_word(chip.type)
+                # The register's devmem is HAMi's figure, the most one pod gets (21527 on a
+                # 310P); the chip's memory, as every table and metric shows it, is its capacity.
+                memory = model.memory_capacity_mib if model is not None else chip.devmem
+                found[chip.id] = Chip(name, chip.index, chip.type, memory)
     return found
 
 
