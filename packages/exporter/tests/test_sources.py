@@ -3,7 +3,9 @@ test), PodResources over a unix socket, and the device plugin's ledger file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -14,9 +16,11 @@ import grpc
 import kubernetes
 import pytest
 import yaml
+from structlog import testing
 
 from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from vnpu_npu import ledger as npu_ledger
 from vnpu_service import kubeapi
 
 
@@ -194,6 +198,26 @@ def test_ledger_file_reads_the_device_plugins_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "unusable",
+    [
+        _record(namespace=""),  # no container can be tied to an empty name
+        _record(template=""),
+        _record(state="gone"),  # the plugin would refuse these: the same checks
+        _record(created_at=None),
+        _record(init="no"),
+        _record(vnpu_id=True),
+    ],
+)
+def test_a_record_the_plugin_would_refuse_is_skipped_and_counted(
+    tmp_path: Path, unusable: dict[str, Any]
+) -> None:
+    document = {"format": ownership.FORMAT, "records": [unusable, _record()]}
+    (tmp_path / ownership.FILE).write_text(json.dumps(document))
+    ledger = ownership.LedgerFile(tmp_path).read()
+    assert ledger == ownership.Ledger((ownership.Record("ml", "job", "main", 0, 100, "vir02"),), 1)
+
+
+@pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("{not json", "not JSON"),
@@ -210,9 +234,70 @@ def test_an_unusable_ledger_is_a_ledger_error(tmp_path: Path, text: str, problem
     assert caught.value.path == str(tmp_path / ownership.FILE)
 
 
-def test_a_missing_ledger_is_a_ledger_error(tmp_path: Path) -> None:
-    with pytest.raises(errors.LedgerError, match="cannot read"):
-        ownership.LedgerFile(tmp_path / "absent").read()
+def test_a_ledger_not_written_yet_is_an_empty_one(tmp_path: Path) -> None:
+    # A fresh node: the plugin has not written its ledger, or not even its directory, yet.
+    assert ownership.LedgerFile(tmp_path).read() == ownership.Ledger(())
+    assert ownership.LedgerFile(tmp_path / "absent").read() == ownership.Ledger(())
+
+
+def test_a_ledger_that_exists_but_cannot_be_read_is_a_ledger_error(tmp_path: Path) -> None:
+    (tmp_path / ownership.FILE).mkdir()
+    with pytest.raises(errors.LedgerError, match="cannot read") as caught:
+        ownership.LedgerFile(tmp_path).read()
+    assert caught.value.path == str(tmp_path / ownership.FILE)
+    (tmp_path / ownership.FILE).rmdir()
+    (tmp_path / ownership.FILE).write_bytes(b"\xff{}")
+    with pytest.raises(errors.LedgerError, match="not UTF-8 text"):
+        ownership.LedgerFile(tmp_path).read()
+
+
+def test_a_missing_ledger_is_no_warning_and_a_broken_one_still_is(
+    kit: Any, node310: Any, tmp_path: Path
+) -> None:
+    exp = kit.Exporter(node310, ledger=ownership.LedgerFile(tmp_path))
+    with testing.capture_logs() as logged:
+        exp.refresh()
+    assert [e for e in logged if e["log_level"] in ("warning", "error")] == []
+    assert exp.sampler.snapshot().ownership == ()
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 0
+
+    (tmp_path / ownership.FILE).write_text("garbage")
+    with testing.capture_logs() as logged:
+        exp.refresh()
+    (warned,) = [e for e in logged if e["event"] == "read_failed"]
+    assert warned["log_level"] == "warning"
+    assert warned["group"] == "ownership"
+    assert warned["reason"] == "ledger_error"
+    assert str(tmp_path / ownership.FILE) in warned["error"]
+    assert exp.sampler.snapshot().ownership is None
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 1
+
+
+def test_every_refresh_reads_the_ledger_as_it_is_now(
+    kit: Any, node310: Any, tmp_path: Path
+) -> None:
+    """No copy of the plugin's ledger outlives a refresh: each change is seen at the next one,
+    even one that leaves the file's size and modification time as they were."""
+    path = tmp_path / npu_ledger.FILE
+    first = npu_ledger.Record(
+        "u1", "ml", "job", "main", False, 0, "U0", 100, "vir02", npu_ledger.State.OWNED, 1.5
+    )
+    npu_ledger.write(path, [first], durable=False)  # as the device plugin writes it
+    exp = kit.Exporter(node310, ledger=ownership.LedgerFile(tmp_path)).refresh()
+    assert exp.sampler.snapshot().ownership == (
+        ownership.Record("ml", "job", "main", 0, 100, "vir02"),
+    )
+    before = path.stat()
+    npu_ledger.write(path, [dataclasses.replace(first, vnpu_id=101)], durable=False)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    exp.refresh()
+    assert exp.sampler.snapshot().ownership == (
+        ownership.Record("ml", "job", "main", 0, 101, "vir02"),
+    )
+    npu_ledger.write(path, [], durable=False)
+    exp.refresh()
+    assert exp.sampler.snapshot().ownership == ()
 
 
 def test_sampler_counts_ledger_problems(kit: Any, node310: Any, tmp_path: Path) -> None:

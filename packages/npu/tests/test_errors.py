@@ -59,6 +59,9 @@ def test_errors_share_one_root() -> None:
         errors.VnpuInUse,
         errors.InvalidVnpuRequest,
         errors.TemplateRefused,
+        errors.StateFileError,
+        errors.WrongFormat,
+        errors.BadRecord,
     ):
         assert issubclass(cls, errors.NpuError)
 

@@ -1,89 +1,89 @@
-"""The plugin's state files: a JSON document of records, replaced whole and never half written.
+"""The plugin's state files held in memory: a locked copy of a file's records, written on each change.
 
 ``ledger`` (the vNPU ownership ledger) and ``grants`` (the grant book) each keep one file in
-the state directory: ``{"format": <format>, "records": [...]}``. ``write`` puts the new text
-in ``<file>.tmp`` and renames it over the old file, so after a crash the file is either the
-old or the new version; with ``durable`` the file and its directory are fsync'ed before it
-returns, and ``sync`` does the same later for a file written without it. ``read`` gives the raw records of a file of the expected format, or nothing when
-the file does not exist; a file that cannot be read, is not UTF-8, is not JSON or is of
-another format raises ``errors.LedgerError`` naming the path and saying how to start over.
-Ownership is never guessed from a file that cannot be read.
+the state directory. How a file is written and read is ``vnpu_npu.statefile``'s (the new text
+renamed over the old file, so after a crash it is either the old or the new version; fsync'ed
+when durable; a broken file refused with its path and how to start over), and the ledger's
+document is ``vnpu_npu.ledger``'s. ``Store`` is what both files add to that here: the records
+are read once, at start, kept under a lock, and every change writes the whole file before the
+new records are kept, so the copy never claims what the file does not. The plugin is the
+files' one writer, which is what makes a copy read once enough; a reader in another process
+(the exporter) reads the file again on every refresh instead.
+
+Every ``vnpu_npu.errors.StateFileError`` becomes ``errors.LedgerError`` here, with the same
+path and problem. Ownership is never guessed from a file that cannot be read.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Sequence
+import abc
+import contextlib
+import threading
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from vnpu_device_plugin import errors
+from vnpu_npu import errors as npu_errors
+from vnpu_npu import statefile as npu_statefile
+
+R = TypeVar("R")
 
 
-def read(path: Path, fmt: str, what: str) -> list[object]:
-    """The raw records of ``path``, a ``what`` (for messages); [] when it does not exist.
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except npu_errors.StateFileError as exc:
+        raise errors.LedgerError(exc.path, exc.problem) from exc
 
-    ``errors.LedgerError`` when the file is broken.
+
+class Store(abc.ABC, Generic[R]):
+    """The records of the state file at ``path``; thread-safe. Raises ``errors.LedgerError``.
+
+    Subclasses say how the file is read and written (``_read``, ``_write``); they change the
+    records under ``_lock`` with ``_commit``.
     """
-    where = str(path)
-    start_over = f"move it aside to start with an empty {what}"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise errors.LedgerError(where, f"cannot read: {exc}") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise errors.LedgerError(
-            where, f"not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); {start_over}"
-        ) from exc
-    try:
-        document = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise errors.LedgerError(where, f"not JSON ({exc}); {start_over}") from exc
-    if not isinstance(document, dict) or document.get("format") != fmt:
-        raise errors.LedgerError(where, f"not a {what} of format {fmt}")
-    records = document.get("records")
-    if not isinstance(records, list):
-        raise errors.LedgerError(where, "records is not a list")
-    return records
 
-
-def write(path: Path, fmt: str, records: Sequence[object], *, durable: bool) -> None:
-    """Replace ``path`` with ``records``; ``errors.LedgerError`` when it cannot be written."""
-    text = json.dumps({"format": fmt, "records": list(records)}, indent=1, sort_keys=True) + "\n"
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            if durable:
-                os.fsync(out.fileno())
-        os.replace(temporary, path)
-        if durable:
-            directory = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-    except OSError as exc:
-        raise errors.LedgerError(str(path), f"cannot write: {exc}") from exc
-
-
-def sync(path: Path) -> None:
-    """fsync ``path`` and its directory; ``errors.LedgerError`` when that fails."""
-    try:
-        handle = os.open(path, os.O_RDONLY)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
         try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        raise errors.LedgerError(str(path), f"cannot sync: {exc}") from exc
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.LedgerError(str(path), f"cannot create the directory: {exc}") from exc
+        with _translated():
+            self._records = self._read()
+        self._commit(self._records, durable=True)  # proves the directory is writable
+
+    @abc.abstractmethod
+    def _read(self) -> tuple[R, ...]:
+        """Every record of the file (none when it does not exist)."""
+
+    @abc.abstractmethod
+    def _write(self, records: tuple[R, ...], *, durable: bool) -> None:
+        """Replace the file with ``records``."""
+
+    def _commit(self, records: tuple[R, ...], *, durable: bool) -> None:
+        """Write ``records`` and keep them (the caller holds ``_lock``, but at start)."""
+        with _translated():
+            self._write(records, durable=durable)
+        self._records = records
+
+    def _sync(self) -> None:
+        """fsync the file and its directory."""
+        with _translated():
+            npu_statefile.sync(self.path)
+
+    def records(self) -> tuple[R, ...]:
+        with self._lock:
+            return self._records
+
+    def _drop(self, gone: Collection[R]) -> bool:
+        """Forget ``gone`` (not fsync'ed); False when none of them was kept."""
+        with self._lock:
+            kept = tuple(r for r in self._records if r not in gone)
+            if len(kept) == len(self._records):
+                return False
+            self._commit(kept, durable=False)
+        return True

@@ -5,25 +5,32 @@ answers the kubelet, which pod container owns it: ``<state dir>/ledger.json``, f
 ``vnpu-device-plugin-ledger/v1``, replaced atomically on every change. With
 ``--device-plugin-state-dir`` the exporter reads that file on the ``ownership`` refresh
 interval; ``attribution`` then names the exact vNPU of each container even when several
-pods hold the same template on one chip. The fields read are ``namespace``, ``pod``,
-``container``, ``chip`` (physical id), ``vnpu_id`` and ``template`` of each record;
-anything else in the file is ignored, and a record missing one of these is skipped and
-counted. Without the ledger, attribution falls back to matching templates on each chip.
+pods hold the same template on one chip.
+
+The document and its records are ``vnpu_npu.ledger``'s, the plugin's own: ``LedgerFile``
+reads the file anew on every refresh (``vnpu_npu.ledger.scan``, no copy kept between
+refreshes, so each change the plugin makes is seen at the next one) and checks each record
+as the plugin does. Where the plugin refuses a ledger with one broken record, the exporter
+skips and counts it (``Ledger.skipped``), as it does a record with an empty namespace, pod,
+container or template, which no container can be tied to. Of each record it keeps
+``namespace``, ``pod``, ``container``, ``chip`` (physical id), ``vnpu_id`` and ``template``.
+A ledger that does not exist yet (a fresh node, a plugin not yet started) is an empty one;
+one that exists but cannot be read raises ``errors.LedgerError``. Without the ledger,
+attribution falls back to matching templates on each chip.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from vnpu_exporter import errors
+from vnpu_npu import errors as npu_errors
+from vnpu_npu import ledger as npu_ledger
 
-FILE = "ledger.json"
-FORMAT = "vnpu-device-plugin-ledger/v1"
-_TEXT_FIELDS = ("namespace", "pod", "container", "template")
-_NUMBER_FIELDS = ("chip", "vnpu_id")
+FILE = npu_ledger.FILE
+FORMAT = npu_ledger.FORMAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,35 +57,8 @@ class Source(Protocol):
     def read(self) -> Ledger: ...
 
 
-def parse(text: str, where: str) -> Ledger:
-    """The records of a ledger document; LedgerError when the document itself is unusable."""
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise errors.LedgerError(where, f"not JSON: {exc}") from exc
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        found = document.get("format") if isinstance(document, dict) else type(document).__name__
-        raise errors.LedgerError(where, f"format is {found!r}, this exporter reads {FORMAT}")
-    raw = document.get("records")
-    if not isinstance(raw, list):
-        raise errors.LedgerError(where, "records is not a list")
-    records: list[Record] = []
-    skipped = 0
-    for item in raw:
-        if not isinstance(item, dict):
-            skipped += 1
-            continue
-        texts = [item.get(name) for name in _TEXT_FIELDS]
-        numbers = [item.get(name) for name in _NUMBER_FIELDS]
-        if not all(isinstance(v, str) and v for v in texts) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in numbers
-        ):
-            skipped += 1
-            continue
-        namespace, pod, container, template = (str(v) for v in texts)
-        chip, vnpu_id = int(item["chip"]), int(item["vnpu_id"])
-        records.append(Record(namespace, pod, container, chip, vnpu_id, template))
-    return Ledger(tuple(records), skipped)
+def _usable(record: npu_ledger.Record) -> bool:
+    return all((record.namespace, record.pod, record.container, record.template))
 
 
 class LedgerFile:
@@ -88,8 +68,16 @@ class LedgerFile:
         self.path = state_dir / FILE
 
     def read(self) -> Ledger:
+        """The ledger as the file is now; ``errors.LedgerError`` when it cannot be read."""
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise errors.LedgerError(str(self.path), f"cannot read: {exc}") from exc
-        return parse(text, str(self.path))
+            found = npu_ledger.scan(self.path)
+        except npu_errors.WrongFormat as exc:
+            problem = f"format is {exc.found!r}, this exporter reads {FORMAT}"
+            raise errors.LedgerError(exc.path, problem) from exc
+        except npu_errors.StateFileError as exc:
+            raise errors.LedgerError(exc.path, exc.problem) from exc
+        usable = tuple(r for r in found.records if _usable(r))
+        records = tuple(
+            Record(r.namespace, r.pod, r.container, r.chip, r.vnpu_id, r.template) for r in usable
+        )
+        return Ledger(records, len(found.problems) + len(found.records) - len(usable))

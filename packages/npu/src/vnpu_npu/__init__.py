@@ -6,6 +6,9 @@
 * ``limits`` - vNPU id ranges and which budget a chip lacks for a template (both backends).
 * ``dcmi`` - the real backend: ``libdcmi.so`` through ctypes.
 * ``sim`` - the simulated backend over a directory, with fault and load injection.
+* ``statefile`` - node-local state files: replaced whole by a rename, read or refused by path.
+* ``ledger`` - the vNPU ownership ledger's document, which the device plugin writes and the
+  exporter reads.
 
 The device plugin and the exporter both import this package, so it stays free of gRPC,
 Kubernetes and Prometheus (an import-linter contract checks it).

@@ -1,11 +1,15 @@
 """Errors of the NPU access layer and the meaning of DCMI return codes.
 
 Both backends raise these, with the same classes and codes for the same situation, so the
-device plugin and the exporter handle a simulated node exactly like a real one::
+device plugin and the exporter handle a simulated node exactly like a real one. ``statefile``
+and ``ledger`` (the node agents' state files) raise ``StateFileError``::
 
     NpuError                    base; ``retryable`` says whether trying again later can help
     ├── LibraryError            libdcmi.so cannot be found or loaded (``paths`` tried)
     ├── SimError                a simulated node's directory is unusable (``file``, ``field``, ``value``)
+    ├── StateFileError          a state file cannot be read or written (``path``, ``problem``)
+    │   ├── WrongFormat         it is not a document of the expected format (``expected``, ``found``)
+    │   └── BadRecord           one record of it is unusable (``index``, ``field``)
     └── DriverError             a DCMI call returned non-zero (``code``, ``function``, ``chip``)
         ├── NotSupported        this driver or chip lacks the call (-8255, -8013, missing symbol)
         ├── ChipGone            the chip dropped off or is not ready (-8008, -8012); retryable
@@ -96,6 +100,38 @@ class SimError(NpuError):
         self.value = value
         self.problem = problem
         super().__init__(f"{file}: {field}: {problem} (got {value!r})")
+
+
+class StateFileError(NpuError):
+    """The state file at ``path`` cannot be read or written: ``problem`` says why.
+
+    Callers that keep their own hierarchy translate it at their boundary; nothing retries it.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class WrongFormat(StateFileError):
+    """The file holds a document of another format (``found``: its ``format`` value, or the
+    JSON type of a document that is not an object) where ``expected`` was asked for."""
+
+    def __init__(self, path: str, expected: str, found: object, problem: str) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(path, problem)
+
+
+class BadRecord(StateFileError):
+    """Record ``index`` of the file is unusable; ``field`` names the field at fault ("" when the
+    record itself is not an object). ``problem`` starts with ``records[<index>]``."""
+
+    def __init__(self, path: str, index: int, field: str, problem: str) -> None:
+        self.index = index
+        self.field = field
+        super().__init__(path, problem)
 
 
 class DriverError(NpuError):
