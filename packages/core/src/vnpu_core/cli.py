@@ -1,5 +1,8 @@
 """The ``vnpu`` command line; ``vnpu plan`` shows where a workload's pods would go.
 
+``vnpu convert`` (``vnpu_core.convert``, which registers its own arguments) rewrites Volcano
+and HAMi manifests as Kubernetes objects for vnpu; the rest of this docstring is ``plan``'s.
+
 ``vnpu plan --cluster CLUSTER.yaml --workload WORKLOAD.yaml`` reads both files (and an
 optional HAMi device-config and tenants config, ``--tenants``), parses the YAML, hands the documents to
 ``vnpu_core.planfiles`` and ``vnpu_core.plan``, and prints the plan as aligned plain-text
@@ -23,6 +26,7 @@ import vnpu_core
 from vnpu_core import (
     allocator,
     catalog,
+    convert,
     deviceconfig,
     errors,
     plan,
@@ -425,6 +429,7 @@ def _parser() -> argparse.ArgumentParser:
     planner.add_argument(
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
+    convert.add_parser(commands)
     return parser
 
 
@@ -434,13 +439,18 @@ def _short(value: object) -> str:
 
 
 def main(
-    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
 ) -> int:
     """Run the command line; returns the exit status."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        return convert.run(args, stdin or sys.stdin, out, err)
     if args.command != "plan":
         parser.print_help(err)
         return EXIT_INPUT
