@@ -4,12 +4,13 @@
 client. Calls return plain dicts as the API sends them (``_preload_content=False`` and
 ``json.loads``: ``vnpu_core`` reads dicts, and it is much faster than the client's model
 classes). The client's ``ApiException`` and urllib3's transport errors are translated
-here, and only here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself
-is built by ``vnpu_service.kubeapi.client``. ``watch_pods`` opens a watch of the node's
-pods and returns a ``PodStream`` of its events, one JSON object per line, which another
-thread may ``close`` to end the blocked read at once. ``retrying`` repeats a call the
-API could not answer (5xx, 429, no connection) with bounded exponential backoff; a 409 is
-the caller's to handle, since only it knows what to re-read.
+here (and, for the watch's stream, in ``vnpu_service.watch``) into
+``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is built by
+``vnpu_service.kubeapi.client``. ``watch_pods`` opens a watch of the node's pods with
+``vnpu_service.watch.open_stream``: a ``watch.Stream`` of its events, one JSON object per
+line, which another thread may ``close`` to end the blocked read at once. ``retrying``
+repeats a call the API could not answer (5xx, 429, no connection) with bounded exponential
+backoff; a 409 is the caller's to handle, since only it knows what to re-read.
 
 Callers: ``finder`` and ``allocation`` (pods, the node lock, events about refused pods),
 ``publisher`` (node annotations), ``reconciler``, ``reclaim`` and ``holdings`` (the node's
@@ -18,17 +19,15 @@ pods), ``podwatch`` (the watch).
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import kubernetes
 
 from vnpu_device_plugin import errors
-from vnpu_service import kubeapi
+from vnpu_service import kubeapi, watch
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -50,7 +49,7 @@ class Cluster(Protocol):
 
     def list_pods_and_revision(self, node: str) -> tuple[list[Json], str]: ...
 
-    def watch_pods(self, node: str, revision: str, timeout: int) -> PodStream: ...
+    def watch_pods(self, node: str, revision: str, timeout: int) -> watch.Stream: ...
 
     def patch_pod_annotations(
         self,
@@ -61,14 +60,6 @@ class Cluster(Protocol):
     ) -> Json: ...
 
     def create_event(self, namespace: str, event: Json) -> None: ...
-
-
-class PodStream(Protocol):
-    """The events of one watch (``{"type": ..., "object": ...}``); ``close`` ends it from any thread."""
-
-    def __iter__(self) -> Iterator[Json]: ...
-
-    def close(self) -> None: ...
 
 
 def retrying(
@@ -164,22 +155,16 @@ class KubeCluster:
         revision = str((listed.get("metadata") or {}).get("resourceVersion") or "")
         return list(listed.get("items") or []), revision
 
-    def watch_pods(self, node: str, revision: str, timeout: int) -> PodStream:
+    def watch_pods(self, node: str, revision: str, timeout: int) -> watch.Stream:
         """Changes to the pods bound to ``node`` after ``revision``, for ``timeout`` seconds."""
-        what = f"watch pods on {node}"
-        try:
-            response = self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}",
-                watch=True,
-                resource_version=revision,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=(self._timeout, timeout + self._timeout),
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _WatchResponse(response, what)
+        return watch.open_stream(
+            self._core.list_pod_for_all_namespaces,
+            f"watch pods on {node}",
+            revision,
+            timeout,
+            (self._timeout, timeout + self._timeout),
+            field_selector=f"spec.nodeName={node}",
+        )
 
     def patch_pod_annotations(
         self,
@@ -209,51 +194,6 @@ class KubeCluster:
             ),
             f"create event in {namespace}",
         )
-
-
-class _WatchResponse:
-    """A watch answer read as it arrives, one event per line; see ``PodStream``."""
-
-    def __init__(self, response: Any, what: str) -> None:
-        self._response = response
-        self._what = what
-        self._closing = threading.Event()
-        self._ended = threading.Event()
-
-    def __iter__(self) -> Iterator[Json]:
-        pending = bytearray()
-        try:
-            for chunk in self._response.stream(amt=None, decode_content=True):
-                pending += chunk
-                start = 0
-                while (end := pending.find(b"\n", start)) >= 0:
-                    line = bytes(pending[start:end]).strip()
-                    start = end + 1
-                    if line:
-                        event = json.loads(line)
-                        if isinstance(event, dict):
-                            yield event
-                del pending[:start]
-        except kubeapi.FAILURES as exc:
-            if not self._closing.is_set():
-                raise kubeapi.translate(exc, self._what) from exc
-        except ValueError as exc:
-            raise kubeapi.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
-        finally:
-            self._ended.set()
-            if self._closing.is_set():
-                self._response.close()  # its socket was shut down: it cannot be reused
-            else:
-                self._response.release_conn()
-
-    def close(self) -> None:
-        if self._ended.is_set() or self._closing.is_set():
-            return
-        self._closing.set()
-        try:
-            self._response.shutdown()
-        except (AttributeError, OSError):
-            self._response.close()
 
 
 def _annotation_patch(annotations: dict[str, str | None], resource_version: str) -> Json:

@@ -7,10 +7,11 @@ not wait for the reconciler's next pass. ``PodWatch`` runs two threads:
   revision of the start-up pass's pod list, so nothing between the two is missed. A pod
   DELETED, or Succeeded or Failed, is noted for the worker (an init container's own vNPU,
   once it has terminated, is left to the periodic pass and to an Allocate that needs the
-  room). The watch is opened again when it ends (the API's timeout); a 410 Expired lists
-  again; an error is logged once (``pod_watch_broken``, then ``pod_watch_restored``) and
-  retried with backoff (0.2 s doubling to 5 s). Each new list asks the reconciler for a
-  full pass, since deletions may have been missed meanwhile.
+  room). The loop is ``vnpu_service.watch.Reflector``, with ``PodWatch`` as its handler: the
+  watch is opened again when it ends (the API's timeout); a 410 Expired lists again; an
+  error is logged once (``pod_watch_broken``, then ``pod_watch_restored``) and retried with
+  backoff (0.2 s doubling to 5 s). Each new list asks the reconciler for a full pass, since
+  deletions may have been missed meanwhile.
 * **the worker** takes the noted pods, all that arrived together in one go, and reclaims
   through ``reclaim`` (``watch`` trigger) under the allocation lock: the same checks as
   the periodic pass (the UID decides; kubelet must no longer list the containers with
@@ -33,13 +34,11 @@ from typing import Any
 import structlog
 
 from vnpu_device_plugin import cluster, metrics, reclaim
-from vnpu_service import kubeapi
+from vnpu_service import watch
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
 
-FIRST_BACKOFF = 0.2  # seconds before the watch is opened again after an error, doubling
-MAX_BACKOFF = 5.0
 FIRST_RETRY = 0.1  # seconds before a kept vNPU is tried again, doubling
 MAX_RETRY = 5.0
 WATCH_TIMEOUT = 300  # seconds one watch request lasts (the API closes it; it is reopened)
@@ -60,7 +59,11 @@ def _uid(pod: Mapping[str, Any]) -> str:
 
 
 class PodWatch:
-    """Watches ``node``'s pods and reclaims their vNPUs through ``reclaimer`` under ``lock``."""
+    """Watches ``node``'s pods and reclaims their vNPUs through ``reclaimer`` under ``lock``.
+
+    It is the ``watch.Handler`` of its ``watch.Reflector``: the methods under "the watch"
+    are called from the watch thread.
+    """
 
     def __init__(
         self,
@@ -87,10 +90,9 @@ class PodWatch:
         self._noted: dict[str, _Noted] = {}
         self._changed = threading.Condition()
         self._stopping = threading.Event()
-        self._stream: cluster.PodStream | None = None
-        self._guard = threading.Lock()
+        self._reflector = watch.Reflector(self, stopping=self._stopping)
         self._broken = False
-        self.watching = threading.Event()  # set while a watch is open (tests wait for it)
+        self.watching = self._reflector.watching  # set while a watch is open (tests wait for it)
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -99,7 +101,10 @@ class PodWatch:
         """Watch from ``revision`` (the start-up pass's pod list), or list first when ""."""
         self._threads = [
             threading.Thread(
-                target=self._watch_loop, args=(revision,), name="vnpu-dp-podwatch", daemon=True
+                target=self._reflector.run,
+                args=(revision,),
+                name="vnpu-dp-podwatch",
+                daemon=True,
             ),
             threading.Thread(target=self._work_loop, name="vnpu-dp-reclaim", daemon=True),
         ]
@@ -107,48 +112,49 @@ class PodWatch:
             thread.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        with self._guard:
-            stream = self._stream
-        if stream is not None:
-            stream.close()
+        self._reflector.stop()  # sets ``_stopping``, which the worker waits on too
         with self._changed:
             self._changed.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
         self._threads = []
 
-    # -- the watch ---------------------------------------------------------------------
+    # -- the watch (``watch.Handler``) -------------------------------------------------
 
-    def _watch_loop(self, revision: str) -> None:
-        delay = FIRST_BACKOFF
-        while not self._stopping.is_set():
-            try:
-                if not revision:
-                    _pods, revision = self._api.list_pods_and_revision(self._node)
-                    self._resync()  # what happened while nobody watched: a full pass finds it
-                revision = self._follow(revision)
-                delay = FIRST_BACKOFF
-            except kubeapi.Expired:
-                self._stats.pod_watch_restarts.labels("expired").inc()
-                log.info("pod_watch_expired", node=self._node)
-                revision = ""
-            except kubeapi.ApiError as exc:
-                if self._stopping.is_set():
-                    return
-                self._failed(str(exc), delay)
-                self._stopping.wait(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
-            except Exception as exc:  # a bug must not end prompt reclaim for good: list again
-                log.exception("pod_watch_crashed", node=self._node)
-                self._failed(repr(exc), delay)
-                revision = ""
-                self._stopping.wait(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
-            finally:
-                self.watching.clear()
+    def relist(self) -> str:
+        _pods, revision = self._api.list_pods_and_revision(self._node)
+        self._resync()  # what happened while nobody watched: a full pass finds it
+        return revision
 
-    def _failed(self, error: str, delay: float) -> None:
+    def watch_from(self, revision: str) -> watch.Stream:
+        return self._api.watch_pods(self._node, revision, self._timeout)
+
+    def upsert(self, obj: Json) -> None:
+        self._note(obj, deleted=False)
+
+    def remove(self, obj: Json) -> None:
+        self._note(obj, deleted=True)
+
+    def opened(self) -> None:
+        if self._broken:
+            self._broken = False
+            log.info("pod_watch_restored", node=self._node)
+
+    def ended(self) -> None:
+        """Nothing to note: the watch is opened again from the last revision."""
+
+    def expired(self) -> None:
+        self._stats.pod_watch_restarts.labels("expired").inc()
+        log.info("pod_watch_expired", node=self._node)
+
+    def failed(self, error: Exception, retry_in: float) -> None:
+        self._broke(str(error), retry_in)
+
+    def crashed(self, error: Exception, retry_in: float) -> None:
+        log.exception("pod_watch_crashed", node=self._node)
+        self._broke(repr(error), retry_in)
+
+    def _broke(self, error: str, delay: float) -> None:
         self._stats.pod_watch_restarts.labels("error").inc()
         if not self._broken:
             self._broken = True
@@ -162,42 +168,12 @@ class PodWatch:
         else:
             log.debug("pod_watch_still_broken", node=self._node, error=error, retry_in=delay)
 
-    def _follow(self, revision: str) -> str:
-        """Note events until the stream ends; the revision to go on from."""
-        stream = self._api.watch_pods(self._node, revision, self._timeout)
-        with self._guard:
-            self._stream = stream
-        if self._stopping.is_set():
-            stream.close()
-        if self._broken:
-            self._broken = False
-            log.info("pod_watch_restored", node=self._node)
-        self.watching.set()
-        try:
-            for event in stream:
-                kind, obj = event.get("type"), event.get("object")
-                if not isinstance(obj, dict):
-                    continue
-                if kind == "ERROR":
-                    code = int(obj.get("code") or 0)
-                    message = str(obj.get("message") or "")
-                    if code == 410:
-                        raise kubeapi.Expired(410, "Expired", message)
-                    raise kubeapi.error_for(code, str(obj.get("reason") or ""), message)
-                revision = str((obj.get("metadata") or {}).get("resourceVersion") or revision)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._note(str(kind), obj)
-        finally:
-            with self._guard:
-                self._stream = None
-        return revision
-
-    def _note(self, kind: str, pod: Json) -> None:
+    def _note(self, pod: Json, *, deleted: bool) -> None:
         uid = _uid(pod)
         if not uid:
             return
         state: Json | None = None
-        if kind != "DELETED":
+        if not deleted:
             if not reclaim.finished(pod):
                 return
             state = pod

@@ -5,8 +5,9 @@ client. Calls return plain dicts exactly as the API sends them (``_preload_conte
 and ``json.loads``: the core modules read dicts, and it is several times faster than the
 client's model classes). Every call is synchronous and blocking: ``informer`` runs the
 list/watch loops in their own threads and ``binder`` runs writes in the app's thread pool.
-The client's ``ApiException`` and urllib3's transport errors are translated here, and only
-here, into ``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is built by
+The client's ``ApiException`` and urllib3's transport errors are translated here (and, for
+a watch's stream, in ``vnpu_service.watch``, which ``watch`` opens its streams with) into
+``vnpu_service.kubeapi.ApiError`` subclasses; the client itself is built by
 ``vnpu_service.kubeapi.client``.
 
 A caller with a deadline (``binder``: every bind has one) sets it with ``deadline_at``; the
@@ -21,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -32,7 +31,7 @@ from typing import Any, Protocol, TypeVar, cast
 import kubernetes
 
 from vnpu_scheduler import errors
-from vnpu_service import kubeapi
+from vnpu_service import kubeapi, watch
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -84,14 +83,6 @@ def in_time(call: Callable[..., T]) -> Callable[..., T]:
     return guarded
 
 
-class WatchStream(Protocol):
-    """Events of one watch request; ``close`` may be called from another thread."""
-
-    def __iter__(self) -> Iterator[Json]: ...
-
-    def close(self) -> None: ...
-
-
 class Cluster(Protocol):
     """What the scheduler reads and writes in the cluster."""
 
@@ -113,7 +104,7 @@ class Cluster(Protocol):
 
     def delete_lease(self, namespace: str, name: str, resource_version: str) -> None: ...
 
-    def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream: ...
+    def watch(self, resource: str, resource_version: str, timeout: int) -> watch.Stream: ...
 
     def get_node(self, name: str) -> Json: ...
 
@@ -123,6 +114,10 @@ class Cluster(Protocol):
         self, name: str, resource_version: str, annotations: dict[str, str | None]
     ) -> Json: ...
 
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> Json: ...
+
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None: ...
@@ -130,48 +125,6 @@ class Cluster(Protocol):
     def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
 
     def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
-
-
-class _Stream:
-    """One watch response read line by line; each line is one JSON event."""
-
-    def __init__(self, response: Any, what: str) -> None:
-        self._response = response
-        self._what = what
-        self._closed = threading.Event()
-        self._done = threading.Event()
-
-    def __iter__(self) -> Iterator[Json]:
-        buffer = bytearray()
-        try:
-            for chunk in self._response.stream(amt=None, decode_content=True):
-                buffer.extend(chunk)
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        yield json.loads(line)
-        except kubeapi.FAILURES as exc:
-            if not self._closed.is_set():
-                raise kubeapi.translate(exc, self._what) from exc
-        except ValueError as exc:
-            raise kubeapi.Unavailable(0, "BadResponse", f"{self._what}: {exc}") from exc
-        finally:
-            self._done.set()
-            if self._closed.is_set():
-                self._response.close()  # a shut-down socket must not go back to the pool
-            else:
-                self._response.release_conn()
-
-    def close(self) -> None:
-        """End the stream from any thread: the blocked read returns at once."""
-        if self._done.is_set() or self._closed.is_set():
-            return
-        self._closed.set()
-        try:
-            self._response.shutdown()
-        except (AttributeError, OSError):
-            self._response.close()
 
 
 class KubeCluster:
@@ -306,25 +259,19 @@ class KubeCluster:
             raise error from exc
         _drain(response)
 
-    def watch(self, resource: str, resource_version: str, timeout: int) -> WatchStream:
-        what = f"watch {resource}"
+    def watch(self, resource: str, resource_version: str, timeout: int) -> watch.Stream:
         calls: dict[str, Callable[..., Any]] = {
             "nodes": self._core.list_node,
             "pods": self._core.list_pod_for_all_namespaces,
             "resourcequotas": self._core.list_resource_quota_for_all_namespaces,
         }
-        try:
-            response = calls[resource](
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=(self._timeout, timeout + 30),
-            )
-        except kubeapi.FAILURES as exc:
-            raise kubeapi.translate(exc, what) from exc
-        return _Stream(response, what)
+        return watch.open_stream(
+            calls[resource],
+            f"watch {resource}",
+            resource_version,
+            timeout,
+            (self._timeout, timeout + 30),
+        )
 
     def get_node(self, name: str) -> Json:
         return kubeapi.fetch(
@@ -356,6 +303,21 @@ class KubeCluster:
                 _request_timeout=_limit(self._timeout),
             ),
             f"patch node {name}",
+        )
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> Json:
+        """Merge-patch a pod's annotations (no precondition: the keys written are ours)."""
+        body = {"metadata": {"annotations": annotations}}
+        return kubeapi.fetch(
+            lambda: self._core.patch_namespaced_pod(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            ),
+            f"patch pod {namespace}/{name}",
         )
 
     def bind(
