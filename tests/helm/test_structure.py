@@ -231,7 +231,7 @@ def test_rbac_references_resolve(manifests):
             "vnpu-scheduler",
             {
                 ("", "nodes"): {"get", "list", "watch", "patch"},
-                ("", "pods"): {"get", "list", "watch"},
+                ("", "pods"): {"get", "list", "watch", "patch"},
                 ("", "pods/binding"): {"create"},
                 ("", "events"): {"create"},
                 ("", "configmaps"): {"get", "list", "watch"},

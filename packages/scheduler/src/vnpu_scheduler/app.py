@@ -39,7 +39,8 @@ import prometheus_client
 import structlog
 from fastapi import responses
 
-from vnpu_core import catalog, inventory
+from vnpu_core import catalog, inventory, requests
+from vnpu_core import errors as core_errors
 from vnpu_scheduler import (
     binder,
     cache,
@@ -48,11 +49,13 @@ from vnpu_scheduler import (
     errors,
     events,
     extender,
+    gang,
     inflight,
     informer,
     leader,
     metrics,
     nodelock,
+    notices,
     quotagate,
     quotalock,
     reclaimer,
@@ -65,6 +68,7 @@ from vnpu_service import kubeapi
 
 Json = dict[str, Any]
 log = structlog.get_logger(__name__)
+NOTICED_LIMIT = 100_000
 
 
 def _json(document: object, status: int = 200) -> fastapi.Response:
@@ -124,7 +128,12 @@ class Service:
             self.locks.busy,
             *((self.quotas.filter_refusal, self.quotas.filtered) if self.quotas else ()),
             in_flight=self.in_flight,
+            reservation_seconds=config.gang_reservation,
         )
+        self.extender.reserved = self._reserved
+        self._writes: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once the service runs
+        self._noticed: set[str] = set()  # pod uids told why vnpu does not place them
         self.binder = binder.Binder(
             api,
             self.cache,
@@ -223,18 +232,89 @@ class Service:
     def _pods_listed(self, items: Iterable[Json]) -> None:
         listed = list(items)
         self.cache.replace_pods(listed)
+        for pod in listed:
+            self._gang_member(pod)
         if self.quotas is not None:
             self.quotas.pods_listed(listed)
 
     def _pod_changed(self, pod: Json) -> None:
         self.cache.upsert_pod(pod)
+        self._gang_member(pod)
+        self._notice(pod)
         if self.quotas is not None:
             self.quotas.pod_changed(pod)
 
     def _pod_removed(self, pod: Json) -> None:
         self.cache.remove_pod(pod)
+        self.in_flight.release(inflight.name_of(pod))
         if self.quotas is not None:
             self.quotas.pod_removed(pod)
+
+    def _notice(self, pod: Json) -> None:
+        """One Event on an unbound pod vnpu will not place (``notices``), from the pod
+        informer's thread. Its name is the pod's, so of several replicas one writes it."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid or uid in self._noticed or self._loop is None:
+            return
+        if (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
+            return
+        said = notices.notices(pod, self.cache.catalog, self.settings.scheduler_name)
+        if not said:
+            return
+        if len(self._noticed) >= NOTICED_LIMIT:
+            self._noticed.clear()  # a pod told twice is better than memory without end
+        self._noticed.add(uid)
+        name = f"{meta.get('name')}.{uid[:8]}.{notices.REASON.lower()}"
+        record = functools.partial(self.events.record, name=name)
+        self._loop.call_soon_threadsafe(record, pod, "Warning", notices.REASON, "; ".join(said))
+
+    # Gang members' reservations (``gang``): written by the filter, read from every pod seen.
+
+    def _gang_member(self, pod: Json) -> None:
+        """A bound pod's reservation ends; an unbound member's annotation (another replica's
+        filter, or ours echoed back) is kept for what is left of it, never longer than
+        ``--gang-reservation``."""
+        who = inflight.name_of(pod)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.in_flight.release(who)
+            return
+        held, group = gang.reserved(pod), gang.group_of(pod)
+        if held is None or not group:
+            return
+        node, expiry = held
+        seconds = min(expiry - time.time(), self.settings.gang_reservation)
+        if seconds <= 0:
+            return
+        try:
+            request = requests.from_pod(pod, self.cache.catalog)
+        except core_errors.RequestError:
+            return  # the filter refuses it anyway
+        self.in_flight.reserve(node, who, request, group, seconds)
+
+    def _reserved(self, pod: Json, node: str) -> None:
+        """Write the reservation the filter just made into the pod, for the other replicas.
+
+        Not awaited: the filter answers at once; this replica has the reservation already. A
+        failed write is logged and leaves the other replicas blind to it until the member binds.
+        """
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        value = gang.encode(node, time.time() + self.settings.gang_reservation)
+
+        async def write() -> None:
+            try:
+                await self.run(
+                    self.api.patch_pod_annotations, namespace, name, {gang.RESERVED_KEY: value}
+                )
+            except kubeapi.ApiError as exc:
+                log.warning(
+                    "gang_reservation_not_written", pod=f"{namespace}/{name}", error=str(exc)
+                )
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     def _new_catalog(self, models: catalog.Catalog) -> None:
         self.cache.set_catalog(models)
@@ -367,6 +447,7 @@ class Service:
             loop.call_soon_threadsafe(self.locks.wake, name)
 
         self.cache.on_node_change = node_changed
+        self._loop = loop
         for item in self.informers:
             item.start()
         poller = asyncio.get_running_loop().create_task(self.poll_config())

@@ -447,10 +447,16 @@ class Binder:
                 f"chip usage unknown: pod {problem.pod} has an unreadable {problem.error.key} "
                 f"({problem.error.problem})",
             )
-        outcome = allocator.fit(read.node, usage.usage, request, self._policy)
+        held = usage.usage
+        listed = {inflight.name_of(p) for p in pods}  # bound already: counted by the list
+        reserved = [(w, r) for w, r in self._in_flight.reserved(node, who) if w not in listed]
+        if reserved:  # gang members placed here and not bound yet come first (``gang``)
+            held = allocator.assume(read.node, held, [r for _, r in reserved], self._policy)
+        outcome = allocator.fit(read.node, held, request, self._policy)
         if isinstance(outcome, allocator.Rejection):
             self._stats.bind_conflicts.labels("fit").inc()
-            raise errors.BindError(who, node, outcome.reason.value, outcome.message)
+            behind = f" (behind {len(reserved)} reserved gang member(s))" if reserved else ""
+            raise errors.BindError(who, node, outcome.reason.value, outcome.message + behind)
         return outcome
 
     async def _post_binding(

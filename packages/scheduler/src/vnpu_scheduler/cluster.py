@@ -122,7 +122,9 @@ class Cluster(Protocol):
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None: ...
 
-    def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None: ...
+    def record_event(
+        self, pod: Json, kind: str, reason: str, message: str, name: str = ""
+    ) -> None: ...
 
     def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -338,15 +340,18 @@ class KubeCluster:
         }
         self._post(self._core.create_namespaced_pod_binding, what, name, namespace, body=body)
 
-    def record_event(self, pod: Json, kind: str, reason: str, message: str) -> None:
-        """A core/v1 Event about ``pod`` (``kind``: Normal or Warning), as kubectl describe shows."""
+    def record_event(self, pod: Json, kind: str, reason: str, message: str, name: str = "") -> None:
+        """A core/v1 Event about ``pod`` (``kind``: Normal or Warning), as kubectl describe
+        shows; named ``name`` (409 if it exists) or generated."""
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace}
+            if name
+            else {"generateName": f"{meta.get('name', 'pod')}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",

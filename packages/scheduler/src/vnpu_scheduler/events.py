@@ -48,8 +48,11 @@ class Recorder:
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="kube-events")
         self._pending: set[asyncio.Task[None]] = set()
 
-    def record(self, pod: Json, kind: str, reason: str, message: str) -> None:
-        """Write the Event in the background, or drop it when ``backlog`` are waiting."""
+    def record(self, pod: Json, kind: str, reason: str, message: str, name: str = "") -> None:
+        """Write the Event in the background, or drop it when ``backlog`` are waiting.
+
+        ``name``: the Event's own name, for an Event several replicas may write: the first
+        write wins and the others find it there (409), which is not an error."""
         if len(self._pending) >= self._backlog:
             self._stats.events_dropped.inc()
             return
@@ -58,10 +61,11 @@ class Recorder:
         async def send() -> None:
             try:
                 await loop.run_in_executor(
-                    self._executor, self._api.record_event, pod, kind, reason, message
+                    self._executor, self._api.record_event, pod, kind, reason, message, name
                 )
             except kubeapi.ApiError as exc:
-                log.warning("event_not_recorded", reason=reason, error=str(exc))
+                if not (name and isinstance(exc, kubeapi.Conflict)):  # named: another wrote it
+                    log.warning("event_not_recorded", reason=reason, error=str(exc))
 
         # A context of its own: the Event must not inherit a bind's API deadline.
         task = loop.create_task(send(), context=contextvars.Context())

@@ -22,7 +22,7 @@ from typing import Any
 
 from vnpu_core import allocator, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import cache, inflight, metrics, tenancy, wire
+from vnpu_scheduler import cache, gang, inflight, metrics, tenancy, wire
 
 Json = dict[str, Any]
 Observer = Callable[[Json, tenancy.Outcome, tuple[str, ...]], None]  # pod, outcome, nodes
@@ -156,8 +156,13 @@ class Extender:
         observe: Observer = lambda *_: None,
         *,
         in_flight: inflight.InFlight | None = None,
+        reservation_seconds: float = 0.0,
     ) -> None:
         self._busy = busy
+        self._reservation_seconds = reservation_seconds
+        self.reserved: Callable[[Json, str], None] = lambda _pod, _node: None
+        """Called with a gang member and the node the filter reserved for it (the app writes
+        the annotation other replicas read)."""
         self._in_flight = in_flight or inflight.InFlight()
         self._quota = quota
         self._observe = observe
@@ -197,8 +202,9 @@ class Extender:
 
     def _verdicts(
         self, args: wire.ExtenderArgs, quota: bool = True
-    ) -> dict[str, tuple[Verdict, cache.NodeState | None]] | None:
-        """Per candidate node; None when the pod asks for no NPU (every node passes).
+    ) -> tuple[requests.PodRequest | None, dict[str, tuple[Verdict, cache.NodeState | None]]]:
+        """The pod's request and a verdict per candidate node; no request when the pod asks
+        for no NPU (every node passes) or its request cannot be read (every node refuses).
 
         ``quota`` applies the quota check (the filter's; prioritize scores only the nodes the
         filter passed, and the bind checks the quota again)."""
@@ -208,9 +214,9 @@ class Extender:
             pod = requests.from_pod(args.Pod, self._cache.catalog)
         except core_errors.RequestError as exc:
             refused = Verdict(False, 0, BAD_REQUEST, str(exc), True)
-            return dict.fromkeys(names, (refused, None))
+            return None, dict.fromkeys(names, (refused, None))
         if not pod.wants_npu:
-            return None
+            return None, {}
         key = self._key(request_key(pod, self._policy)) if self._memo else None
         states: Mapping[str, cache.NodeState | None]
         if args.Nodes is not None:
@@ -219,9 +225,7 @@ class Extender:
             }
         else:
             states = self._cache.states(names)
-        meta = args.Pod.get("metadata") or {}
-        who = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-        in_flight = self._in_flight.by_node(who)
+        in_flight = self._in_flight.by_node(inflight.name_of(args.Pod))
         found = {}
         for name in names:
             state = states.get(name)
@@ -229,17 +233,17 @@ class Extender:
             memo = self._ahead_key(key, ahead) if ahead else key
             found[name] = (judge(state, name, pod, self._policy, memo, ahead), state)
         if not quota or all(not v.fits and v.unresolvable for v, _ in found.values()):
-            return found  # no node could ever take it: that is the explanation, not a quota
+            return pod, found  # no node could ever take it: that is the explanation, not a quota
         held_back = self._quota(args.Pod, pod)
         if held_back:  # no node can help, and evicting other namespaces' pods would not either
             verdict = Verdict(False, 0, QUOTA, held_back, True)
-            return {name: (verdict, state) for name, (_, state) in found.items()}
-        return found
+            return pod, {name: (verdict, state) for name, (_, state) in found.items()}
+        return pod, found
 
     def filter(self, args: wire.ExtenderArgs) -> Json:
-        verdicts = self._verdicts(args)
+        request, verdicts = self._verdicts(args)
         names = wire.candidate_names(args)
-        if verdicts is None:
+        if not verdicts:
             self._stats.filter_outcomes.labels(FIT).inc(len(names))
             return wire.filter_result(args, names, {}, {})
         passed: list[str] = []
@@ -265,12 +269,35 @@ class Extender:
         else:
             outcome = tenancy.Outcome.UNRESOLVABLE
         self._observe(args.Pod, outcome, tuple(names))
+        group = gang.group_of(args.Pod)
+        if group and passed and request is not None and self._reservation_seconds > 0:
+            passed = [self._reserve(args.Pod, request, group, passed, verdicts)]
         return wire.filter_result(args, passed, failed, unresolvable)
+
+    def _reserve(
+        self,
+        pod: Json,
+        request: requests.PodRequest,
+        group: str,
+        passed: list[str],
+        verdicts: Mapping[str, tuple[Verdict, cache.NodeState | None]],
+    ) -> str:
+        """Place a gang member on one node and keep its request there until its bind
+        (``gang``): the node where most of its group is reserved (its collectives stay on
+        one node), then the best score, then the name."""
+        members = self._in_flight.members(group)
+        node = max(sorted(passed), key=lambda n: (members.get(n, 0), verdicts[n][0].score))
+        self._in_flight.reserve(
+            node, inflight.name_of(pod), request, group, self._reservation_seconds
+        )
+        self._stats.gang_reservations.inc()
+        self.reserved(pod, node)
+        return node
 
     def prioritize(self, args: wire.ExtenderArgs) -> list[Json]:
         """0-10 per node; a node busy with a bind scores LOCK_PENALTY lower."""
-        verdicts = self._verdicts(args, quota=False)
-        if verdicts is None:
+        _, verdicts = self._verdicts(args, quota=False)
+        if not verdicts:
             return wire.priority_list(dict.fromkeys(wire.candidate_names(args), 0))
         scores = {}
         for name, (verdict, state) in verdicts.items():

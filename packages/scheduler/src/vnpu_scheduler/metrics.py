@@ -62,6 +62,12 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.gang_reservations = Counter(
+            "vnpu_scheduler_gang_reservations",
+            "Gang members the filter placed on one node and reserved there until their bind "
+            "(scheduling.k8s.io PodGroup members).",
+            registry=registry,
+        )
         self.bind_conflicts = Counter(
             "vnpu_scheduler_bind_conflicts",
             "Conflicts met while binding: lock (node lock write), binding (pod already bound), "

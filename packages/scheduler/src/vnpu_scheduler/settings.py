@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     """Every bind answers within this, lock wait included; one cut short is rolled back. A node
     lock whose owner pod is still unbound this long after this replica first saw it is taken
     over (its bind has ended, or died with its replica). The same on every replica."""
+    gang_reservation: float = pydantic.Field(default=60.0, gt=0)
+    """Seconds a gang member's chips stay reserved on the node its filter chose, waiting for its
+    bind (kube-scheduler places a whole PodGroup before binding any member; ``gang``)."""
     release_lock_after_bind: bool = False
     """Release the node lock right after the Binding, for device plugins that never release it."""
     bind_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -163,6 +166,18 @@ class Settings(BaseSettings):
         return self
 
     @pydantic.model_validator(mode="after")
+    def _gang_reservation(self) -> Settings:
+        if self.gang_reservation <= self.bind_timeout:
+            raise _Rule(
+                "gang_reservation",
+                self.gang_reservation,
+                f"must exceed bind_timeout ({self.bind_timeout:g}): a member's bind may queue "
+                "behind the other members' binds to its node for that long, and must find its "
+                "chips still reserved",
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _reclaim_lease(self) -> Settings:
         if self.reclaim_lease_seconds <= self.reclaim_interval:
             raise _Rule(
@@ -223,6 +238,11 @@ _FLAGS: tuple[tuple[str, str], ...] = (
         "taken over after it (default 25; the same on every replica)",
     ),
     ("--bind-attempts", "tries per API write in a bind (default 5)"),
+    (
+        "--gang-reservation",
+        "seconds a PodGroup member's chips stay reserved for its bind (default 60; more than "
+        "--bind-timeout)",
+    ),
     ("--api-timeout", "seconds per Kubernetes API call (default 10)"),
     ("--watch-timeout", "seconds per watch request (default 300)"),
     ("--api-threads", "threads for Kubernetes API calls (default 16)"),

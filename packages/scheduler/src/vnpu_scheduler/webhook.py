@@ -10,7 +10,8 @@ that asks for Ascend resources:
   above what a whole chip gives a pod (22000 on a 310P, which gives 21527 of its 24576
   MiB) is never cut: it stays as written and a warning says what the pod gets;
 * sets ``spec.schedulerName`` when it is empty or ``default-scheduler``; a pod sent to
-  another scheduler (Volcano, say) is left untouched;
+  another scheduler (Volcano, say) is left untouched, with a warning (``notices``), as is a
+  pod asking for an NPU resource vnpu does not schedule (``huawei.com/npu``);
 * denies a request no chip can serve or that is malformed, naming the container, the
   resource and the value; a pod with ``spec.nodeName`` preset (it would skip the
   scheduler) and a privileged container holding NPUs are denied too, and so is a pod
@@ -37,10 +38,10 @@ import structlog
 
 from vnpu_core import catalog, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import extender, wire
+from vnpu_scheduler import extender, notices, wire
 
 Json = dict[str, Any]
-DEFAULT_SCHEDULER = "default-scheduler"
+DEFAULT_SCHEDULER = notices.DEFAULT_SCHEDULER
 log = structlog.get_logger(__name__)
 
 
@@ -179,12 +180,13 @@ class Webhook:
         request, denial = self._check(pod, review.request.namespace)
         if denial:
             return wire.admission_response(uid, False, denial, code=400)
+        said = notices.notices(pod, self._models(), self._scheduler_name)
         if request is None:
-            return wire.admission_response(uid, True)
+            return _warned(wire.admission_response(uid, True), said)
         spec = pod.get("spec") or {}
         current = spec.get("schedulerName") or ""
         if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
-            return wire.admission_response(uid, True)
+            return _warned(wire.admission_response(uid, True), said)
         patch: list[Json] = []
         if current != self._scheduler_name:
             patch.append(
@@ -195,7 +197,7 @@ class Webhook:
             patch.extend(rounding)
         elif rounding:
             log.warning("webhook_rounding_skipped", pod=request.name, namespace=request.namespace)
-        return _warned(wire.admission_response(uid, True, patch=patch), request.notes)
+        return _warned(wire.admission_response(uid, True, patch=patch), request.notes + said)
 
     def _rounding(self, spec: Json, request: requests.PodRequest) -> list[Json]:
         """Patch operations that set each request's memory to what it rounds to."""

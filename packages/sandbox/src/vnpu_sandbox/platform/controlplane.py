@@ -45,6 +45,11 @@ KUBERNETES_VERSION = "v1.37.2"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 BIN_ENV = "VNPU_K8S_BIN"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+FEATURE_GATES = "--feature-gates=GenericWorkload=true"
+"""Gang scheduling (beta, off by default in 1.37): Workload and PodGroup objects, the pods'
+``spec.schedulingGroup`` and kube-scheduler's GangScheduling plugin. Every component of the
+control plane runs with the same gates, as a cluster must (docs/operator-guide.md)."""
+GANG_API = "--runtime-config=scheduling.k8s.io/v1beta1=true"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMISSION_PLUGINS = (
     "NodeRestriction",
@@ -266,6 +271,8 @@ def api_server(plane: Plane) -> components.Component:
         # refuses; nothing here reaches the API through that Service.
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        FEATURE_GATES,
+        GANG_API,
     )
     return components.Component("kube-apiserver", argv, https(plane.ports.api, "/readyz"))
 
@@ -294,6 +301,7 @@ def controller_manager(plane: Plane) -> components.Component:
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--controllers=*",
         "--profiling=false",
+        FEATURE_GATES,
     )
     url = https(plane.ports.controller_manager, "/healthz")
     return components.Component("kube-controller-manager", argv, url)
@@ -315,6 +323,7 @@ def scheduler(
         str(plane.bins["kube-scheduler"]),
         f"--config={config}",
         *_secure_serving(plane, secure, kubeconfig),
+        FEATURE_GATES,
     )
     return components.Component(name, argv, https(secure, "/healthz"))
 

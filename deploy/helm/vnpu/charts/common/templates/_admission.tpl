@@ -37,8 +37,9 @@ device plugin grants chips from them and the schedulers rebuild usage and quota 
                                             under MindCluster huawei.com/Ascend910,
                                             huawei.com/npu-core, huawei.com/AscendReal
   hami.io/vgpu-node, vgpu-time, bind-phase, bind-time, predicate-time   the bind
+  vnpu.io/reserved                          a gang member's chips kept for its bind
 Every huawei.com/ key counts but huawei.com/vnpu-mode, which a pod sets to ask for soft mode.
 */}}
 {{- define "vnpu.cel.decisionKey" -}}
-(k.startsWith('hami.io/') && (k.endsWith('-devices-to-allocate') || k.endsWith('-devices-allocated'))) || k in ['hami.io/vgpu-node', 'hami.io/vgpu-time', 'hami.io/bind-phase', 'hami.io/bind-time', 'predicate-time'] || (k.startsWith('huawei.com/') && k != 'huawei.com/vnpu-mode')
+(k.startsWith('hami.io/') && (k.endsWith('-devices-to-allocate') || k.endsWith('-devices-allocated'))) || k in ['hami.io/vgpu-node', 'hami.io/vgpu-time', 'hami.io/bind-phase', 'hami.io/bind-time', 'predicate-time', 'vnpu.io/reserved'] || (k.startsWith('huawei.com/') && k != 'huawei.com/vnpu-mode')
 {{- end -}}
