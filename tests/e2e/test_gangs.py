@@ -10,7 +10,10 @@ is deleted, B runs whole. Once with whole 910A chips, once with 310P3 vNPUs.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +25,8 @@ nodes:
   - {name: duo, chip: 310P3, chips: 2, server: 300i-duo}
 """
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+ROOT = Path(__file__).resolve().parents[2]
+VOLCANO = ROOT / "examples" / "volcano"
 Json = dict[str, Any]
 DECIDED = "-devices-allocated"
 
@@ -148,6 +153,75 @@ def test_a_gang_of_vnpus_runs_whole_or_holds_nothing(sandbox: Any) -> None:
         "B's four vir02 and no more on the node",
         explain=lambda: f"{sandbox.vnpus('duo')}\n{sandbox.ledger_records('duo')}",
     )
+
+
+def _vnpu(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).with_name("vnpu")), *args]  # the installed command
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_volcano_job_converted_runs_its_four_workers_as_a_gang(sandbox: Any) -> None:
+    """``vnpu convert`` of examples/volcano/job.yaml (minAvailable 4, Volcano's generic
+    huawei.com/Ascend910), applied as it prints it: four workers, one 910A chip each, one
+    gang; what has no counterpart is listed on stderr."""
+    converted = _vnpu("convert", str(VOLCANO / "job.yaml"), "--model", "910A")
+    assert converted.returncode == 0, converted.stderr
+    listed = converted.stderr.splitlines()
+    assert any("spec.plugins.ssh: not converted" in line for line in listed), listed
+    assert any("spec.queue: not converted" in line for line in listed), listed
+    sandbox.ctl.run(["create", "namespace", "train"])
+    sandbox.ctl.run(["apply", "-f", str(sandbox.write(converted.stdout))])
+    group = sandbox.ctl.json(["get", "podgroup", "-n", "train", "resnet"])
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+
+    def workers() -> dict[str, Json]:
+        pods = sandbox.pods("train")
+        running = [p for p in pods.values() if (p.get("status") or {}).get("phase") == "Running"]
+        return pods if len(running) == 4 else {}
+
+    pods = sandbox.wait_for(
+        workers, "four workers running", explain=lambda: sandbox.describe_pods("train")
+    )
+    for pod in pods.values():
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "resnet"}
+        assert pod["spec"]["schedulerName"] == "vnpu-scheduler"
+    chips = _chips(pods, "Ascend910A")
+    assert len(set(chips)) == 4, chips
+    sandbox.ctl.run(["delete", "namespace", "train", "--wait=false"])
+
+
+def test_pods_written_for_volcano_are_told_what_vnpu_reads(sandbox: Any) -> None:
+    """examples/volcano/pods.yaml: ``huawei.com/npu``, and ``schedulerName: volcano`` with
+    vnpu's resource. kubectl prints the webhook's warning at apply; each pod gets one Event
+    naming the fix; neither is placed."""
+    path = str(VOLCANO / "pods.yaml")
+    done = subprocess.run(
+        [sandbox.ctl.binary, "apply", "-f", path],
+        env=sandbox.ctl.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Warning: container 'main' asks for huawei.com/npu, which vnpu does not schedule"
+        in done.stderr
+    )
+    assert "Warning: spec.schedulerName is 'volcano'" in done.stderr
+    for name, said in (
+        ("generic", "`vnpu convert`"),
+        ("volcano-infer", "remove spec.schedulerName"),
+    ):
+
+        def told(pod: str = name) -> list[Json]:
+            events = sandbox.ctl.items(
+                ["get", "events", "--field-selector", f"involvedObject.name={pod}"]
+            )
+            return [e for e in events if e.get("reason") == "NPURequestNotForVnpu"]
+
+        (event,) = sandbox.wait_for(told, f"the event on {name}", explain=sandbox.describe_pods)
+        assert said in event["message"]
+        described = sandbox.ctl.run(["describe", "pod", name])
+        assert "NPURequestNotForVnpu" in described
+        assert not sandbox.pods()[name]["spec"].get("nodeName")
+    sandbox.ctl.run(["delete", "-f", path, "--wait=false"])
 
 
 @pytest.fixture(autouse=True)
