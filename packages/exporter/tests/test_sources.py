@@ -18,7 +18,7 @@ import pytest
 import yaml
 from structlog import testing
 
-from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods
+from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods, sampler
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from vnpu_npu import ledger as npu_ledger
 from vnpu_service import kubeapi
@@ -329,3 +329,48 @@ def test_threads_refresh_in_the_background(kit: Any, node310: Any) -> None:
         exp.sampler.stop()
     assert done.is_set()
     assert exp.sampler.stuck() == []
+
+
+class _NoKubeletYet:
+    """The kubelet's PodResources socket before the kubelet has made it."""
+
+    def list(self) -> tuple[Any, ...]:
+        raise errors.PodResourcesError(
+            "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "UNAVAILABLE",
+            "No such file or directory",
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_source_not_there_yet_at_start_is_told_at_info_and_counted(
+    kit: Any, node310: Any
+) -> None:
+    """A fresh node: the exporter starts before the kubelet's socket exists. The first minute
+    that is no warning; it is still counted, and after the minute it is a warning."""
+    exp = kit.Exporter(node310, devices=_NoKubeletYet())
+    with testing.capture_logs() as logged:
+        exp.refresh()
+    assert [e for e in logged if e["log_level"] in ("warning", "error")] == []
+    (said,) = [e for e in logged if e["event"] == "read_not_ready"]
+    assert said["group"] == "pod_resources"
+    assert exp.errors(metrics.Group.POD_RESOURCES, metrics.ErrorReason.RPC) == 1
+
+    exp.clock.now += sampler.STARTUP_GRACE
+    with testing.capture_logs() as logged:
+        exp.refresh()
+    (warned,) = [e for e in logged if e["event"] == "read_failed"]
+    assert warned["log_level"] == "warning"
+    assert exp.errors(metrics.Group.POD_RESOURCES, metrics.ErrorReason.RPC) == 2
+
+
+def test_a_source_that_answered_once_is_warned_about_at_once(kit: Any, node310: Any) -> None:
+    exp = kit.Exporter(node310)
+    exp.refresh()
+    exp.sampler.pod_resources = _NoKubeletYet()
+    with testing.capture_logs() as logged:
+        exp.refresh()
+    (warned,) = [e for e in logged if e["event"] == "read_failed"]
+    assert warned["group"] == "pod_resources"

@@ -52,6 +52,11 @@ DEFAULT_INTERVALS: Mapping[Group, float] = {
 RETRY_AFTER = 5.0
 """Seconds before a group whose whole read failed tries again, when its interval is longer."""
 
+STARTUP_GRACE = 60.0
+"""Seconds after start in which a group that has never been read fails at info level, not as a
+warning: on a fresh node the exporter starts beside the kubelet and the device plugin, whose
+sockets and files appear a moment later. Each failure is counted all the same."""
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -143,6 +148,7 @@ class Sampler:
         )
         self._finished: dict[Group, float] = {}  # monotonic end of each group's last refresh
         self._started_at = clock()
+        self._answered: set[Group] = set()  # groups read once at least
         instruments.prepare(self.groups)
 
     # -- refreshing -------------------------------------------------------------------------
@@ -156,11 +162,16 @@ class Sampler:
             reason = reason_of(exc)
             if reason is Reason.UNEXPECTED:
                 log.exception("read_failed_unexpectedly", group=group.value)
+            elif group not in self._answered and started - self._started_at < STARTUP_GRACE:
+                # Starting beside the kubelet or the plugin: its socket may not be there yet.
+                log.info("read_not_ready", group=group.value, reason=reason.value, error=str(exc))
             else:
                 log.warning("read_failed", group=group.value, reason=reason.value, error=str(exc))
             self.telemetry.failed(group, reason)
             value = None
         finished = self._clock()
+        if value is not None:
+            self._answered.add(group)
         with self._lock:
             self._results[group] = _Result(value, finished) if value is not None else None
             self._finished[group] = finished
