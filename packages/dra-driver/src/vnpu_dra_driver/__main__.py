@@ -1,0 +1,116 @@
+"""``vnpu-dra-driver``: print or publish a node's ResourceSlices (the node agent's first part).
+
+    vnpu-dra-driver slices  --node NODE (--sim-dir DIR | --dcmi-library PATH) [--soft] [--server KIND]
+    vnpu-dra-driver publish --node NODE ... [--kubeconfig FILE] [--interval SECONDS]
+
+``slices`` prints the slices as one JSON list (no API needed: what the driver would
+publish). ``publish`` writes them once, or every ``--interval`` seconds until stopped,
+re-reading the chips and their health each time. The chip model is the chips' own (the
+catalog entry of the first chip) unless ``--model`` names one. Exit status: 0 done, 1 the
+chips or the API failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from vnpu_core import catalog, topology
+from vnpu_dra_driver import chips, cluster, errors, publisher, slices
+from vnpu_npu import backend
+from vnpu_npu import errors as npu_errors
+from vnpu_npu.dcmi import backend as dcmi_backend
+from vnpu_npu.sim import backend as sim_backend
+from vnpu_service import kubeapi, logs
+
+log = structlog.get_logger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vnpu-dra-driver", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("slices", "print the slices as JSON"), ("publish", "publish them")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--node", required=True, help="node name (names the pool)")
+        source = command.add_mutually_exclusive_group(required=True)
+        source.add_argument("--sim-dir", type=Path, help="simulated node directory")
+        source.add_argument("--dcmi-library", help="libdcmi.so path ('' for the usual places)")
+        command.add_argument("--model", help="catalog model, e.g. 310P3 (default: the chips')")
+        command.add_argument("--soft", action="store_true", help="publish soft-mode devices")
+        command.add_argument(
+            "--server", choices=[k.value for k in topology.ServerKind], help="server layout"
+        )
+    publish = commands.choices["publish"]
+    publish.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    publish.add_argument("--interval", type=float, help="republish every SECONDS (default: once)")
+    publish.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    return parser
+
+
+def _backend(args: argparse.Namespace) -> backend.Backend:
+    if args.sim_dir is not None:
+        return sim_backend.SimBackend(args.sim_dir)
+    return dcmi_backend.DcmiBackend(args.dcmi_library or None)
+
+
+def _build(args: argparse.Namespace, npu: backend.Backend) -> tuple[slices.Json, ...]:
+    found = chips.read(npu)
+    name = args.model or (found[0].info.model if found else "")
+    model = catalog.BUILTIN.by_chip_name(name)
+    if model is None:
+        raise errors.SliceError("model", name, "not a catalog model")
+    server = topology.ServerKind(args.server) if args.server else None
+    return slices.build(args.node, found, model, soft=args.soft, server=server)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        npu = _backend(args)
+        if args.command == "slices":
+            json.dump(list(_build(args, npu)), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+            return 0
+        logs.configure(args.log_level)
+        return _publish(args, npu)
+    except (errors.DraDriverError, npu_errors.NpuError, kubeapi.KubeError) as exc:
+        sys.stderr.write(f"vnpu-dra-driver: {exc}\n")
+        return 1
+
+
+def _publish(args: argparse.Namespace, npu: backend.Backend) -> int:
+    api = cluster.KubeSlices.connect(args.kubeconfig)
+    stop = threading.Event()
+
+    def on_signal(number: int, _frame: FrameType | None) -> None:
+        log.info("signal_received", signal=signal.Signals(number).name)
+        stop.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, on_signal)
+    try:
+        pool = publisher.Publisher(api)
+        while True:
+            try:
+                pool.publish(args.node, _build(args, npu))
+            except errors.PublishError as exc:
+                if args.interval is None or not exc.retryable:
+                    raise
+                log.warning("publish_failed", node=args.node, error=str(exc))
+            if args.interval is None or stop.wait(args.interval):
+                return 0
+    finally:
+        api.close()
+        npu.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
