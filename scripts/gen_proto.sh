@@ -20,6 +20,8 @@ SRC=packages/kubelet-api/src
 PROTOS=(
   vnpu_kubelet_api/deviceplugin/v1beta1/api.proto
   vnpu_kubelet_api/podresources/v1/api.proto
+  vnpu_kubelet_api/dra/v1/api.proto
+  vnpu_kubelet_api/pluginregistration/v1/api.proto
 )
 
 want="grpcio-tools==${GRPCIO_TOOLS_VERSION} mypy-protobuf==${MYPY_PROTOBUF_VERSION}"

@@ -2,7 +2,7 @@
 
 ``vnpu-kubelet-api methods`` lists every gRPC method path with its kind, read from the
 compiled descriptors (so it shows exactly what a server built from these stubs exposes);
-``vnpu-kubelet-api proto deviceplugin|podresources`` prints a shipped ``.proto`` file, for
+``vnpu-kubelet-api proto deviceplugin|podresources|dra|pluginregistration`` prints a shipped ``.proto`` file, for
 people generating stubs in another language from the same source. Called by users only.
 """
 
@@ -16,17 +16,24 @@ from importlib import resources
 from google.protobuf import descriptor
 
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2 as deviceplugin_pb2
+from vnpu_kubelet_api.dra.v1 import api_pb2 as dra_pb2
+from vnpu_kubelet_api.pluginregistration.v1 import api_pb2 as pluginregistration_pb2
 from vnpu_kubelet_api.podresources.v1 import api_pb2 as podresources_pb2
 
 APIS: dict[str, tuple[str, descriptor.FileDescriptor]] = {
     "deviceplugin": ("vnpu_kubelet_api.deviceplugin.v1beta1", deviceplugin_pb2.DESCRIPTOR),
     "podresources": ("vnpu_kubelet_api.podresources.v1", podresources_pb2.DESCRIPTOR),
+    "pluginregistration": (
+        "vnpu_kubelet_api.pluginregistration.v1",
+        pluginregistration_pb2.DESCRIPTOR,
+    ),
+    "dra": ("vnpu_kubelet_api.dra.v1", dra_pb2.DESCRIPTOR),
 }
 """API name on the command line -> (package holding api.proto, compiled file descriptor)."""
 
 
 def method_paths() -> list[tuple[str, str]]:
-    """Every ``/package.Service/Method`` path of both APIs with its kind, in file order."""
+    """Every ``/package.Service/Method`` path of every API with its kind, in file order."""
     rows: list[tuple[str, str]] = []
     for _package, file in APIS.values():
         for service in file.services_by_name.values():
@@ -39,7 +46,7 @@ def method_paths() -> list[tuple[str, str]]:
 
 
 def proto_source(api: str) -> str:
-    """Text of the ``api.proto`` shipped for ``api`` (``deviceplugin`` or ``podresources``)."""
+    """Text of the ``api.proto`` shipped for ``api`` (a key of ``APIS``)."""
     package, _file = APIS[api]
     return resources.files(package).joinpath("api.proto").read_text(encoding="utf-8")
 

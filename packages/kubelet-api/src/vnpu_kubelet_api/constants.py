@@ -1,8 +1,9 @@
-"""Well-known values of the kubelet's device plugin and PodResources APIs.
+"""Well-known values of the kubelet's device plugin, plugin registration, DRA and PodResources APIs.
 
-The device plugin, the exporter and the sandbox's simulated kubelet import these so that
-all of them agree with a real kubelet on names, paths and vocabulary. Values are those of
-the kubelet's ``deviceplugin/v1beta1/constants.go`` and its PodResources defaults.
+The device plugin, the DRA driver, the exporter and the sandbox's simulated kubelet import
+these so that all of them agree with a real kubelet on names, paths and vocabulary. Values are
+those of the kubelet's ``deviceplugin/v1beta1/constants.go``,
+``pluginregistration/v1/constants.go``, ``dra/v1/types.go`` and its PodResources defaults.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ PRE_START_CONTAINER_TIMEOUT_SECONDS: Final = 30
 
 DEVICE_ID_MAX_LENGTH: Final = 63
 """Longest ``Device.ID`` a plugin may report."""
+
+
+PLUGINS_REGISTRY_PATH: Final = "/var/lib/kubelet/plugins_registry/"
+"""Directory the kubelet watches for plugin registration sockets (CSI and DRA drivers)."""
+
+PLUGINS_PATH: Final = "/var/lib/kubelet/plugins/"
+"""Conventional parent directory of a DRA or CSI driver's own endpoint socket."""
+
+DRA_PLUGIN_TYPE: Final = "DRAPlugin"
+"""``PluginInfo.type`` of a DRA driver."""
+
+DRA_PLUGIN_SERVICE_V1: Final = "v1.DRAPlugin"
+"""What a DRA driver serving the v1 ``DRAPlugin`` service lists in ``supported_versions``."""
 
 
 class Health(StrEnum):

@@ -1,6 +1,7 @@
 """Pod admission as the kubelet's resource allocator does it, for one pod at a time.
 
-``podworker`` calls :func:`admit` for each new pod, in :func:`admission_order`. Admission reads
+``podworker`` calls :func:`allocate` for each new pod, in :func:`admission_order`, then (once
+the pod's ResourceClaims are prepared) :func:`pre_start`; :func:`admit` does both. Admission reads
 the pod's container limits (init containers first, then regular containers; limits because
 extended resources cannot be overcommitted), asks the device manager for the devices, then runs
 PreStartContainer where a plugin asked for it. The outcome says what the pod status becomes:
@@ -98,16 +99,28 @@ def rejection(error: errors.AdmissionError) -> Rejected:
     )
 
 
-def admit(pod: Json, devices: devicemanager.DeviceManager) -> Outcome:
-    """Allocate the pod's devices and run its PreStartContainer calls."""
+def allocate(pod: Json, devices: devicemanager.DeviceManager) -> Admitted | Rejected:
+    """Admission proper: allocate the pod's devices (the kubelet's admit handler)."""
     try:
-        request = pod_request(pod)
-        entries = devices.allocate(request)
+        return Admitted(tuple(devices.allocate(pod_request(pod))))
     except errors.AdmissionError as exc:
         return rejection(exc)
-    for entry in devices.entries(request.uid):
+
+
+def pre_start(pod: Json, devices: devicemanager.DeviceManager) -> StartFailed | None:
+    """PreStartContainer for every assignment that asks for it, as containers would start."""
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    for entry in devices.entries(uid):
         try:
             devices.pre_start(entry)
         except errors.AdmissionError as exc:
             return StartFailed(entry.container, str(exc))
-    return Admitted(tuple(entries))
+    return None
+
+
+def admit(pod: Json, devices: devicemanager.DeviceManager) -> Outcome:
+    """Allocate the pod's devices and run its PreStartContainer calls."""
+    outcome = allocate(pod, devices)
+    if isinstance(outcome, Rejected):
+        return outcome
+    return pre_start(pod, devices) or outcome

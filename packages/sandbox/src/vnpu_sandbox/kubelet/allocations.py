@@ -1,7 +1,9 @@
-"""What each admitted pod got from its device plugins, readable by tests and the sandbox.
+"""What each started pod got from its device plugins and DRA drivers, readable by tests and the sandbox.
 
-``podworker`` records a :class:`PodAllocation` when it admits a pod and removes it when the
-pod's devices are freed; :meth:`Kubelet.allocation <vnpu_sandbox.kubelet.kubelet.Kubelet.allocation>`
+``podworker`` records a :class:`PodAllocation` when it starts a pod (device plugin answers,
+then the CDI devices of its prepared ResourceClaims, then the environment those CDI devices
+set, resolved from the CDI spec files by ``cdi``) and removes it when the pod's devices are
+freed; :meth:`Kubelet.allocation <vnpu_sandbox.kubelet.kubelet.Kubelet.allocation>`
 reads it in process. With a state directory, each record is also written to
 ``<state dir>/pods/<namespace>_<name>.json`` (camelCase keys, the plugin's answer as sent), so
 other processes - the sandbox CLI, a shell - can see the environment, mounts, device nodes,
@@ -15,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnpu_sandbox.kubelet import checkpoint
+from vnpu_sandbox.kubelet import cdi, checkpoint
 
 Json = dict[str, Any]
 
@@ -95,16 +97,54 @@ class ResourceAllocation:
 
 
 @dataclass(frozen=True)
+class ClaimDevice:
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True)
+class ClaimAllocation:
+    """What one prepared ResourceClaim gives a container (the requests it names)."""
+
+    claim: str
+    devices: tuple[ClaimDevice, ...]
+    cdi_devices: tuple[str, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "claim": self.claim,
+            "devices": [
+                {"driver": d.driver, "pool": d.pool, "device": d.device} for d in self.devices
+            ],
+            "cdiDevices": list(self.cdi_devices),
+        }
+
+
+@dataclass(frozen=True)
 class ContainerAllocation:
     name: str
     resources: tuple[ResourceAllocation, ...]
+    claims: tuple[ClaimAllocation, ...] = ()
+    cdi: cdi.Resolution = field(default_factory=lambda: cdi.Resolution({}, (), ()))
+    """The edits of :attr:`cdi_devices` found in the CDI spec files."""
+
+    @property
+    def cdi_devices(self) -> tuple[str, ...]:
+        """Every CDI device the runtime would inject: device plugins' first, then claims'."""
+        plugin = [
+            c for r in sorted(self.resources, key=lambda r: r.resource) for c in r.cdi_devices
+        ]
+        return tuple(plugin + [c for claim in self.claims for c in claim.cdi_devices])
 
     @property
     def env(self) -> dict[str, str]:
-        """The environment the plugins give the container (resources in name order, later wins)."""
+        """The environment the container would get: the plugins' envs (resources in name order,
+        later wins), then what its CDI devices set (CDI edits apply last)."""
         merged: dict[str, str] = {}
         for allocation in sorted(self.resources, key=lambda r: r.resource):
             merged.update(allocation.envs)
+        merged.update(self.cdi.env)
         return merged
 
     def device_ids(self, resource: str) -> tuple[str, ...]:
@@ -122,15 +162,38 @@ class PodAllocation:
 
     @classmethod
     def from_entries(
-        cls, namespace: str, name: str, uid: str, node: str, entries: Iterable[checkpoint.Entry]
+        cls,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        entries: Iterable[checkpoint.Entry],
+        claims: Mapping[str, tuple[ClaimAllocation, ...]] | None = None,
+        cdi_specs: Iterable[Json] = (),
     ) -> PodAllocation:
+        """Records of the containers that got devices or claims, CDI devices resolved."""
         by_container: dict[str, list[ResourceAllocation]] = {}
         for entry in entries:
             by_container.setdefault(entry.container, []).append(
                 ResourceAllocation.from_entry(entry)
             )
-        containers = tuple(ContainerAllocation(c, tuple(r)) for c, r in by_container.items())
-        return cls(namespace, name, uid, node, containers)
+        for container in claims or {}:
+            by_container.setdefault(container, [])
+        specs = list(cdi_specs)
+        containers = []
+        for container, resources in by_container.items():
+            record = ContainerAllocation(
+                container, tuple(resources), (claims or {}).get(container, ())
+            )
+            if record.cdi_devices:
+                record = ContainerAllocation(
+                    container,
+                    record.resources,
+                    record.claims,
+                    cdi.resolve(record.cdi_devices, specs),
+                )
+            containers.append(record)
+        return cls(namespace, name, uid, node, tuple(containers))
 
     def container(self, name: str) -> ContainerAllocation | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -142,7 +205,15 @@ class PodAllocation:
             "uid": self.uid,
             "node": self.node,
             "containers": [
-                {"name": c.name, "env": c.env, "resources": [r.to_json() for r in c.resources]}
+                {
+                    "name": c.name,
+                    "env": c.env,
+                    "resources": [r.to_json() for r in c.resources],
+                    "claims": [claim.to_json() for claim in c.claims],
+                    "cdiDevices": list(c.cdi_devices),
+                    "cdiDeviceNodes": list(c.cdi.device_nodes),
+                    "cdiUnresolved": list(c.cdi.unresolved),
+                }
                 for c in self.containers
             ],
         }

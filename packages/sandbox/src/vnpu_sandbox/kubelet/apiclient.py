@@ -1,6 +1,6 @@
 """The simulated kubelet's calls to the Kubernetes API, through the official ``kubernetes`` client.
 
-``nodestatus``, ``lease``, ``podworker`` and ``statusmanager`` use :class:`KubeApi`; ``kubelet``
+``nodestatus``, ``lease``, ``podworker``, ``dramanager`` and ``statusmanager`` use :class:`KubeApi`; ``kubelet``
 builds it from a kubeconfig file (:func:`client_from_kubeconfig`: in the sandbox each kubelet
 has a client certificate for ``system:node:<node>``, so the Node authorizer and NodeRestriction
 judge its requests) or, for an API server that asks for no credentials, a URL
@@ -137,6 +137,7 @@ class KubeApi:
         self.api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._leases = client.CoordinationV1Api(api_client)
+        self._resource = client.ResourceV1Api(api_client)
         self._timeout = request_timeout
 
     def get_node(self, name: str) -> Json | None:
@@ -251,6 +252,19 @@ class KubeApi:
                     body=options,
                     _preload_content=False,
                     _request_timeout=self._timeout,
+                )
+            ),
+        )
+
+    def get_resource_claim(self, namespace: str, name: str) -> Json:
+        """A ResourceClaim (resource.k8s.io/v1), as the kubelet's DRA manager reads it; the Node
+        authorizer lets a kubelet read the claims of the pods bound to its node."""
+        return _call(
+            "get",
+            f"resourceclaim {namespace}/{name}",
+            lambda: _json(
+                self._resource.read_namespaced_resource_claim(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
                 )
             ),
         )

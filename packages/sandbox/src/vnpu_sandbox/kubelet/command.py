@@ -131,6 +131,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how long a vanished plugin's resource stays at 0 allocatable before capacity drops to 0 (default: %(default)s)",
     )
     parser.add_argument(
+        "--plugins-registry-dir",
+        type=Path,
+        metavar="DIR",
+        help="watch this directory for DRA driver registration sockets "
+        "(default: plugins_registry next to --device-plugin-dir)",
+    )
+    parser.add_argument(
+        "--cdi-dir",
+        type=Path,
+        metavar="DIR",
+        help="CDI spec files that resolve CDI device names to container edits "
+        "(default: cdi next to --device-plugin-dir)",
+    )
+    parser.add_argument(
+        "--dra-retry-seconds",
+        type=_seconds,
+        default=10.0,
+        help="retry a failed NodePrepareResources / NodeUnprepareResources after this long "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-pod-resources-get",
         action="store_true",
         help="answer PodResources Get like a kubelet without the KubeletPodResourcesGet gate",
@@ -192,6 +213,11 @@ def config_from_args(args: argparse.Namespace) -> kubelet.KubeletConfig:
         plugin_grace_seconds=args.plugin_grace_seconds,
         pod_resources_get=not args.no_pod_resources_get,
         register_timeout_seconds=args.register_timeout,
+        plugins_registry_dir=args.plugins_registry_dir.resolve()
+        if args.plugins_registry_dir
+        else None,
+        cdi_dir=args.cdi_dir.resolve() if args.cdi_dir else None,
+        dra_retry_seconds=args.dra_retry_seconds,
     )
 
 

@@ -8,12 +8,15 @@ a device plugin's registration error)::
     ├── RegistrationError   a RegisterRequest is refused (field, value, problem)
     ├── AdmissionError      a container cannot get its devices (resource); the pod is rejected
     │   └── PluginCallError a call to a device plugin failed (resource, method, code, details)
+    ├── DraError            DRA: a claim cannot be prepared or unprepared now (claim, problem);
+    │                       always retried, the pod waits in Pending meanwhile
     ├── CheckpointError     the device checkpoint file cannot be read (path, problem)
     ├── PodNotFoundError    no pod of that name runs on this node (namespace, name)
     └── ApiError            a Kubernetes API call failed (verb, target, status, message);
                             ``temporary`` says whether retrying may help
 
-Only ``ApiError`` is ever worth retrying, and only when ``temporary`` is true.
+``ApiError`` is worth retrying when ``temporary`` is true; ``DraError`` always is (the kubelet
+retries preparing a pod's claims until it succeeds or the pod goes away).
 """
 
 from __future__ import annotations
@@ -86,6 +89,17 @@ class PluginCallError(AdmissionError):
             if isinstance(code, grpc.StatusCode):
                 return cls(resource, method, code, str(details_of() or ""), wrap=wrap)
         return cls(resource, method, grpc.StatusCode.UNKNOWN, str(exc), wrap=wrap)
+
+
+class DraError(KubeletError):
+    """Preparing or unpreparing the ResourceClaims of a pod failed; the text is the kubelet DRA
+    manager's (``NodePrepareResources failed for ResourceClaim x: ...``). ``claim`` names the
+    claim at fault when there is one."""
+
+    def __init__(self, problem: str, claim: str = "") -> None:
+        self.claim = claim
+        self.problem = problem
+        super().__init__(problem)
 
 
 class CheckpointError(KubeletError):

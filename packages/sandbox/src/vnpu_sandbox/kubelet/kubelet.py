@@ -12,7 +12,8 @@ from a kubeconfig that names the node's identity (``system:node:node-a``)::
         node.complete_pod("default", "job-1")
 
 Start-up follows the kubelet: remove stale sockets from the device plugin directory, read the
-device checkpoint, register the Node, serve Registration and PodResources, then take the pods.
+device checkpoint, register the Node, serve Registration and PodResources, watch the plugin
+registration directory for DRA drivers, then take the pods.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from vnpu_sandbox.kubelet import (
     allocations,
     apiclient,
     devicemanager,
+    dramanager,
+    draplugins,
     errors,
     nodestatus,
     podresources,
@@ -63,6 +66,15 @@ class KubeletConfig:
     status_sync_seconds: float = statusmanager.SYNC_SECONDS
     """How often pod status writes and final deletes that have not landed are sent again
     (the kubelet status manager's 10 s)."""
+    plugins_registry_dir: Path | None = None
+    """Where DRA drivers put their registration sockets; default ``plugins_registry`` next to
+    the device plugin directory (``/var/lib/kubelet/plugins_registry/`` on a node)."""
+    cdi_dir: Path | None = None
+    """CDI spec files used to resolve CDI device names to container edits; default ``cdi``
+    next to the device plugin directory."""
+    dra_retry_seconds: float = 10.0
+    """How long after a failed NodePrepareResources / NodeUnprepareResources (or a claim not
+    ready) the kubelet tries again (the kubelet pod worker's 10 s back-off)."""
     register_timeout_seconds: float = 0.0
     """How long registering the Node is retried while the API answers nothing, 429 or 5xx
     (0: not at all). A kubelet retries forever; a loaded kube-apiserver times creates out
@@ -89,6 +101,8 @@ class Kubelet:
         self._statuses = statusmanager.StatusManager(
             self._api, config.node.name, config.status_sync_seconds
         )
+        self.drivers = draplugins.Drivers()
+        self.dra = dramanager.DraManager(self._api, self.drivers)
         self._worker = podworker.PodWorker(
             self._api,
             config.node,
@@ -96,7 +110,11 @@ class Kubelet:
             self.records,
             self._statuses,
             config.watch_timeout_seconds,
+            self.dra,
+            self.cdi_dir,
+            config.dra_retry_seconds,
         )
+        self._plugin_watcher: draplugins.PluginWatcher | None = None
         self._registration: registration.RegistrationServer | None = None
         self._pod_resources: podresources.PodResourcesServer | None = None
         self._running = False
@@ -108,6 +126,16 @@ class Kubelet:
     @property
     def kubelet_socket(self) -> Path:
         return self._plugin_dir / constants.KUBELET_SOCKET_NAME
+
+    @property
+    def plugins_registry_dir(self) -> Path:
+        return (
+            self.config.plugins_registry_dir or self._plugin_dir.parent / "plugins_registry"
+        ).resolve()
+
+    @property
+    def cdi_dir(self) -> Path:
+        return (self.config.cdi_dir or self._plugin_dir.parent / "cdi").resolve()
 
     def _changed(self) -> None:
         self._publisher.poke()
@@ -162,10 +190,17 @@ class Kubelet:
             self.devices,
             self._worker.active_pods,
             self.config.pod_resources_get,
+            self.dra,
         )
         self._pod_resources.start()
+        self._plugin_watcher = draplugins.PluginWatcher(self.plugins_registry_dir, self.drivers)
+        self._plugin_watcher.start()
 
     def _unserve(self) -> None:
+        if self._plugin_watcher is not None:
+            self._plugin_watcher.stop()
+            self._plugin_watcher = None
+            self.drivers.clear()
         if self._registration is not None:
             self._registration.stop()
             self._registration = None
@@ -178,7 +213,10 @@ class Kubelet:
 
         Every socket in the device plugin directory is removed (plugins see their socket vanish
         and must register again), Registration and PodResources get new servers, and device
-        plugin resources drop to 0 until their plugins re-register. Pods keep running.
+        plugin resources drop to 0 until their plugins re-register. DRA drivers are forgotten
+        and registered again from the sockets still in ``plugins_registry`` (which the kubelet
+        does not remove); prepared claims are kept (the kubelet's DRA checkpoint). Pods keep
+        running.
         """
         self._unserve()
         registration.remove_sockets(self._plugin_dir)

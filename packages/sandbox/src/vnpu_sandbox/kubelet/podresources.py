@@ -12,8 +12,11 @@
   ``pod <name> in namespace <namespace> not found``, and with ``get_enabled=False`` every call
   fails with ``PodResources API Get method disabled``, both as the kubelet answers.
 
-CPU ids, memory and dynamic resources are always empty: the simulator has no CPU, memory or
-DRA managers.
+* ``dynamic_resources`` of a container - one ``DynamicResource`` per prepared ResourceClaim
+  the container references, with a ``ClaimResource`` (CDI devices, driver, pool, device) per
+  device of the requests it names, from ``dramanager``'s claim cache.
+
+CPU ids and memory are always empty: the simulator has no CPU or memory managers.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
-from vnpu_sandbox.kubelet import checkpoint, devicemanager, pluginclient
+from vnpu_sandbox.kubelet import checkpoint, devicemanager, dramanager, pluginclient
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,8 @@ class ActivePod:
     name: str
     containers: tuple[str, ...]
     """Regular containers, then sidecar init containers, in spec order."""
+    pod: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The pod object as last seen (its claims)."""
 
 
 def _devices(resource: str, by_node: Iterable[tuple[str, str]]) -> list[api_pb2.ContainerDevices]:
@@ -56,6 +62,30 @@ def entry_devices(entries: Iterable[checkpoint.Entry]) -> list[api_pb2.Container
     for entry in sorted(entries, key=lambda e: e.resource):
         pairs = [(node, i) for node, ids in entry.device_ids.items() for i in ids]
         out.extend(_devices(entry.resource, pairs))
+    return out
+
+
+def dynamic_resources(
+    claims: Iterable[dramanager.ContainerClaim],
+) -> list[api_pb2.DynamicResource]:
+    out = []
+    for claim in claims:
+        resources = []
+        for device in claim.devices:
+            resource = api_pb2.ClaimResource(
+                cdi_devices=[api_pb2.CDIDevice(name=c) for c in device.cdi_device_ids],
+                driver_name=device.driver,
+                pool_name=device.pool,
+                device_name=device.device,
+            )
+            if device.share_id is not None:
+                resource.share_id = device.share_id
+            resources.append(resource)
+        out.append(
+            api_pb2.DynamicResource(
+                claim_name=claim.claim, claim_namespace=claim.namespace, claim_resources=resources
+            )
+        )
     return out
 
 
@@ -118,9 +148,11 @@ class PodResourcesServer:
         devices: devicemanager.DeviceManager,
         active_pods: Callable[[], list[ActivePod]],
         get_enabled: bool = True,
+        dra: dramanager.DraManager | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.devices = devices
+        self.dra = dra
         self.active_pods = active_pods
         self.get_enabled = get_enabled
         self._server: grpc.Server | None = None
@@ -129,7 +161,11 @@ class PodResourcesServer:
         entries = self.devices.entries(pod.uid)
         containers = [
             api_pb2.ContainerResources(
-                name=name, devices=entry_devices(e for e in entries if e.container == name)
+                name=name,
+                devices=entry_devices(e for e in entries if e.container == name),
+                dynamic_resources=dynamic_resources(
+                    self.dra.container_claims(pod.pod, name) if self.dra is not None else ()
+                ),
             )
             for name in pod.containers
         ]

@@ -198,6 +198,48 @@ def start_failed(
     }
 
 
+def creating(pod: Json, host_ip: str, now: str) -> Json:
+    """Admitted, containers not created yet (DRA resources not prepared): Pending, every
+    container waiting in ``ContainerCreating`` (init containers in ``PodInitializing``), no
+    sandbox, as the kubelet reports a pod whose sandbox it could not create yet."""
+    uid, spec, old = _meta(pod)
+    inits = list(spec.get("initContainers") or [])
+    regular = list(spec.get("containers") or [])
+    waiting = "PodInitializing" if inits else "ContainerCreating"
+    statuses = [
+        _container_status(uid, item, {"waiting": {"reason": "PodInitializing"}}, ready=False)
+        for item in inits
+    ] + [
+        _container_status(uid, item, {"waiting": {"reason": waiting}}, ready=False)
+        for item in regular
+    ]
+    names = " ".join(str(c.get("name", "")) for c in regular)
+    not_ready = f"containers with unready status: [{names}]"
+    incomplete = " ".join(str(c.get("name", "")) for c in inits)
+    conditions = [
+        _condition("PodReadyToStartContainers", False),
+        _condition(
+            "Initialized",
+            not inits,
+            "ContainersNotInitialized" if inits else "",
+            f"containers with incomplete status: [{incomplete}]" if inits else "",
+        ),
+        _condition("Ready", False, "ContainersNotReady", not_ready),
+        _condition("ContainersReady", False, "ContainersNotReady", not_ready),
+    ]
+    regular_names = {str(c.get("name", "")) for c in regular}
+    return {
+        "phase": "Pending",
+        "conditions": merge_conditions(old.get("conditions") or [], conditions, now),
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "startTime": old.get("startTime") or now,
+        "qosClass": qos_class(pod),
+        "containerStatuses": [s for s in statuses if s["name"] in regular_names],
+        "initContainerStatuses": [s for s in statuses if s["name"] not in regular_names],
+    }
+
+
 def completed(pod: Json, exit_code: int, now: str) -> Json:
     """Every container terminated with ``exit_code``: Succeeded when 0, otherwise Failed."""
     uid, spec, old = _meta(pod)

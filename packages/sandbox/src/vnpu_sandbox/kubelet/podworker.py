@@ -12,9 +12,16 @@ completions never interleave:
   start of its admission: PodResources lists it (and ``Get`` finds it) while its devices are
   allocated, with the devices of the containers allocated so far; a rejected pod is not
   active any more;
-* a pod that is already Running when first seen (a kubelet restart) is adopted as running;
+* before an admitted pod's containers would start, its ResourceClaims are prepared
+  (``dramanager``); while that fails the pod stays Pending (containers ``ContainerCreating``,
+  a ``FailedPrepareDynamicResources`` event) and it is tried again every ``dra_retry_seconds``;
+  PreStartContainer runs once the claims are prepared;
+* a pod that is already Running when first seen (a kubelet restart) is adopted as running
+  (its claims are prepared again, which drivers take as a no-op);
 * deleted pods, pods with a ``deletionTimestamp`` (which the kubelet then deletes for good with
-  grace period 0 and a UID precondition) and Succeeded/Failed pods free their devices.
+  grace period 0 and a UID precondition) and Succeeded/Failed pods free their devices and
+  unprepare the claims no other pod uses; a failed unprepare is retried every
+  ``dra_retry_seconds``, and a deleted pod is only deleted for good once it succeeded.
 
 Status writes and final deletes go through ``statusmanager``, which sends them from a thread
 of its own and retries them until they land; the worker never waits for the API.
@@ -29,13 +36,16 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vnpu_sandbox.kubelet import (
     admission,
     allocations,
     apiclient,
+    cdi,
     devicemanager,
+    dramanager,
     errors,
     nodestatus,
     podresources,
@@ -54,7 +64,7 @@ TERMINAL = ("Succeeded", "Failed")
 class _Tracked:
     pod: Json
     state: str
-    """``admitting``, ``running``, ``start-failed``, ``finished`` or ``deleting``."""
+    """``admitting``, ``preparing``, ``running``, ``start-failed``, ``finished`` or ``deleting``."""
     ip: str | None = None
 
 
@@ -84,6 +94,9 @@ class PodWorker:
         records: allocations.AllocationStore,
         statuses: statusmanager.StatusManager,
         watch_timeout_seconds: int = 300,
+        dra: dramanager.DraManager | None = None,
+        cdi_dir: Path | None = None,
+        dra_retry_seconds: float = 10.0,
     ) -> None:
         self._api = api
         self._statuses = statuses
@@ -99,6 +112,14 @@ class PodWorker:
         self._threads: list[threading.Thread] = []
         self._network = ipaddress.ip_network(node.pod_cidr, strict=False)
         self._events_supported = True
+        self._dra = dra
+        self._cdi_dir = cdi_dir
+        self._dra_retry = max(dra_retry_seconds, 0.05)
+        self._prepare_due: dict[str, float] = {}
+        """Pods whose claims must be prepared (again), by UID -> when (worker thread only)."""
+        self._unprepare_due: dict[str, tuple[Json, float]] = {}
+        """Pods whose claims must be unprepared (again): UID -> (pod, when)."""
+        self._dra_events: dict[str, str] = {}
         self.synced = threading.Event()
         """Set once the first pod list has been handled."""
 
@@ -141,7 +162,7 @@ class PodWorker:
             tracked = [
                 t
                 for t in self._tracked.values()
-                if t.state in ("admitting", "running", "start-failed")
+                if t.state in ("admitting", "preparing", "running", "start-failed")
             ]
         out = []
         for item in tracked:
@@ -159,6 +180,7 @@ class PodWorker:
                     str(meta.get("namespace", "")),
                     str(meta.get("name", "")),
                     tuple(names),
+                    item.pod,
                 )
             )
         return sorted(out, key=lambda p: (p.namespace, p.name))
@@ -200,9 +222,16 @@ class PodWorker:
 
     # -- worker thread -----------------------------------------------------------------
 
+    def _next_wait(self) -> float | None:
+        dues = list(self._prepare_due.values()) + [d for _, d in self._unprepare_due.values()]
+        return max(0.0, min(dues) - time.monotonic()) if dues else None
+
     def _work_loop(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            try:
+                batch: list[tuple[str, Any] | None] = [self._queue.get(timeout=self._next_wait())]
+            except queue.Empty:
+                batch = []
             while True:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -246,6 +275,7 @@ class PodWorker:
             self._admit_all(new)
             self._complete(payload)
         self._admit_all(new)
+        self._retry_dra()
         self.synced.set()
 
     def _is_pending(self, event: str, pod: Json) -> bool:
@@ -302,6 +332,8 @@ class PodWorker:
             with self._lock:
                 self._tracked[uid] = _Tracked(pod, "running", str(ip) if ip else None)
             log.info("pod_adopted pod=%s", _key(pod))
+            if self._dra is not None and dramanager.uses_claims(pod):
+                self._prepare_due[uid] = 0.0
             return False
         return True
 
@@ -310,11 +342,54 @@ class PodWorker:
             log.info("pod_devices_freed pod=%s", _key(pod))
         meta = _meta(pod)
         self._records.remove(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        self._prepare_due.pop(uid, None)
+        self._dra_events.pop(uid, None)
+        self._unprepare(uid, pod)
+
+    def _unprepare(self, uid: str, pod: Json) -> None:
+        """Unprepare the pod's claims now, or schedule a retry when that fails."""
+        if self._dra is None or not self._dra.needs_unprepare(uid):
+            self._unprepare_due.pop(uid, None)
+            return
+        try:
+            self._dra.unprepare(pod)
+        except errors.DraError as exc:
+            log.warning("pod_unprepare_failed pod=%s error=%s", _key(pod), exc)
+            self._unprepare_due[uid] = (pod, time.monotonic() + self._dra_retry)
+            return
+        self._unprepare_due.pop(uid, None)
 
     def _finish_deletion(self, pod: Json) -> None:
-        """No container has to stop: the pod can go for good (the status manager deletes it)."""
+        """The containers have stopped: once the pod's claims are unprepared (the kubelet's
+        podResourcesAreReclaimed), the status manager deletes the pod for good."""
+        uid = str(_meta(pod).get("uid", ""))
+        if uid in self._unprepare_due:
+            log.info("pod_deletion_waits_for_unprepare pod=%s", _key(pod))
+            return
         log.info("pod_terminated pod=%s", _key(pod))
         self._statuses.delete(pod)
+
+    def _retry_dra(self) -> None:
+        """Prepare and unprepare calls whose retry time has come."""
+        now = time.monotonic()
+        for uid, (pod, due) in list(self._unprepare_due.items()):
+            if due <= now:
+                self._unprepare(uid, pod)
+                with self._lock:
+                    tracked = self._tracked.get(uid)
+                if uid not in self._unprepare_due and tracked and tracked.state == "deleting":
+                    self._finish_deletion(tracked.pod)
+        for uid, due in list(self._prepare_due.items()):
+            if due > now:
+                continue
+            with self._lock:
+                tracked = self._tracked.get(uid)
+            if tracked is None or tracked.state not in ("preparing", "running"):
+                self._prepare_due.pop(uid, None)
+            elif tracked.state == "preparing":
+                self._start(tracked.pod)
+            elif self._prepare(tracked.pod):  # adopted: prepared again, status unchanged
+                self._record(tracked.pod)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -333,16 +408,10 @@ class PodWorker:
         return str(next(iter(self._network.hosts())))
 
     def _admit(self, pod: Json) -> None:
-        meta = _meta(pod)
-        uid, namespace, name = (
-            str(meta.get("uid")),
-            str(meta.get("namespace")),
-            str(meta.get("name")),
-        )
+        uid = str(_meta(pod).get("uid"))
         with self._lock:  # the kubelet adds a pod to its pod manager before admitting it
             self._tracked[uid] = _Tracked(pod, "admitting")
-        outcome = admission.admit(pod, self._devices)
-        now = podstatus.timestamp()
+        outcome = admission.allocate(pod, self._devices)
         if isinstance(outcome, admission.Rejected):
             self._devices.free_pod(uid)
             with self._lock:
@@ -356,14 +425,77 @@ class PodWorker:
             self._write_status(pod, podstatus.rejected(pod, outcome.reason, outcome.message))
             self._event(pod, outcome.reason, outcome.message)
             return
+        self._start(pod)
+
+    def _prepare(self, pod: Json) -> bool:
+        """Prepare the pod's claims; False (and a retry scheduled) when that fails."""
+        uid = str(_meta(pod).get("uid"))
+        if self._dra is None or not dramanager.uses_claims(pod):
+            return True
+        try:
+            self._dra.prepare(pod)
+        except errors.DraError as exc:
+            self._prepare_due[uid] = time.monotonic() + self._dra_retry
+            message = f"Failed to prepare dynamic resources: {exc}"
+            log.info("pod_prepare_failed pod=%s error=%s", _key(pod), exc)
+            if self._dra_events.get(uid) != message:  # the recorder would aggregate repeats
+                self._dra_events[uid] = message
+                self._event(pod, "FailedPrepareDynamicResources", message)
+            return False
+        self._prepare_due.pop(uid, None)
+        self._dra_events.pop(uid, None)
+        return True
+
+    def _record(self, pod: Json) -> None:
+        """Record what the containers got: device plugin answers, claims, CDI edits."""
+        meta = _meta(pod)
+        uid = str(meta.get("uid"))
         entries = self._devices.entries(uid)
-        if entries:
+        claims: dict[str, tuple[allocations.ClaimAllocation, ...]] = {}
+        if self._dra is not None:
+            spec = pod.get("spec") or {}
+            for item in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+                name = str(item.get("name", ""))
+                found = self._dra.container_claims(pod, name)
+                if found:
+                    claims[name] = tuple(
+                        allocations.ClaimAllocation(
+                            c.claim,
+                            tuple(
+                                allocations.ClaimDevice(d.driver, d.pool, d.device)
+                                for d in c.devices
+                            ),
+                            c.cdi_device_ids,
+                        )
+                        for c in found
+                    )
+        if entries or claims:
             self._records.put(
                 allocations.PodAllocation.from_entries(
-                    namespace, name, uid, self._node.name, entries
+                    str(meta.get("namespace")),
+                    str(meta.get("name")),
+                    uid,
+                    self._node.name,
+                    entries,
+                    claims,
+                    cdi.read_specs(self._cdi_dir),
                 )
             )
-        if isinstance(outcome, admission.StartFailed):
+
+    def _start(self, pod: Json) -> None:
+        """Prepare the claims, then PreStartContainer, then the pod runs."""
+        uid = str(_meta(pod).get("uid"))
+        now = podstatus.timestamp()
+        if not self._prepare(pod):
+            with self._lock:
+                first = self._tracked.get(uid) is None or self._tracked[uid].state != "preparing"
+                self._tracked[uid] = _Tracked(pod, "preparing")
+            if first:
+                self._write_status(pod, podstatus.creating(pod, self._node.ip, now))
+            return
+        self._record(pod)
+        outcome = admission.pre_start(pod, self._devices)
+        if outcome is not None:
             with self._lock:
                 self._tracked[uid] = _Tracked(pod, "start-failed")
             reason = admission.CREATE_CONTAINER_CONFIG_ERROR
@@ -385,7 +517,7 @@ class PodWorker:
         log.info(
             "pod_running pod=%s devices=%s",
             _key(pod),
-            [(e.container, e.resource, e.ids()) for e in entries],
+            [(e.container, e.resource, e.ids()) for e in self._devices.entries(uid)],
         )
         self._write_status(pod, podstatus.running(pod, self._node.ip, ip, now))
 

@@ -1,0 +1,1 @@
+"""Kubelet DRA plugin API; one subpackage per API version (this package ships ``v1``)."""

@@ -1,0 +1,1 @@
+"""Kubelet plugin registration API; one subpackage per API version (this package ships ``v1``)."""
