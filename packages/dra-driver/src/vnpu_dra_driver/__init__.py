@@ -1,4 +1,4 @@
-"""vnpu's DRA driver (``npu.vnpu.io``): the node agent of DRA mode, first part.
+"""vnpu's DRA driver (``npu.vnpu.io``): the node agent of DRA mode.
 
 * ``errors`` - the package's error hierarchy.
 * ``slices`` - pure: a node's chips, their health and the chip model to the ResourceSlices
@@ -6,7 +6,11 @@
 * ``chips`` - reads the chips and their health from a ``vnpu_npu`` backend.
 * ``cluster`` - the one module that imports the Kubernetes client (ResourceSlices, Nodes).
 * ``publisher`` - makes the API hold exactly the slices ``slices`` built.
+* ``devices`` - pure: an allocated device name back to its chip and kind (whole, template, soft).
+* ``ledger`` - the claim ledger: which claim owns each vNPU the driver created.
+* ``cdi`` - the CDI spec of a prepared claim (Ascend's environment, device nodes).
+* ``prepare`` - NodePrepareResources / NodeUnprepareResources per claim, and the reconcile.
+* ``plugin`` - the kubelet plugin: gRPC DRAPlugin and plugin Registration on unix sockets.
 
-Not yet: the kubelet plugin (NodePrepareResources / NodeUnprepareResources), DeviceClasses
-(see docs/dra.md).
+Not yet: DeviceClasses, soft slices' hami-vnpu-core mounts (see docs/dra.md).
 """

@@ -1,11 +1,14 @@
-"""``vnpu-dra-driver``: print or publish a node's ResourceSlices (the node agent's first part).
+"""``vnpu-dra-driver``: print or publish a node's ResourceSlices, or run the node agent.
 
     vnpu-dra-driver slices  --node NODE (--sim-dir DIR | --dcmi-library PATH) [--soft] [--server KIND]
     vnpu-dra-driver publish --node NODE ... [--kubeconfig FILE] [--interval SECONDS]
+    vnpu-dra-driver serve   --node NODE ... [--kubelet-dir DIR] [--cdi-dir DIR] [--state-dir DIR]
 
 ``slices`` prints the slices as one JSON list (no API needed: what the driver would
 publish). ``publish`` writes them once, or every ``--interval`` seconds until stopped,
-re-reading the chips and their health each time. The chip model is the chips' own (the
+re-reading the chips and their health each time. ``serve`` is the node agent: it reconciles
+the claim ledger with the API, serves the kubelet plugin (``plugin``) and republishes the
+slices every ``--interval`` seconds (default 30) until SIGTERM. The chip model is the chips' own (the
 catalog entry of the first chip) unless ``--model`` names one. Exit status: 0 done, 1 the
 chips or the API failed, 2 bad arguments.
 """
@@ -24,7 +27,7 @@ from types import FrameType
 import structlog
 
 from vnpu_core import catalog, topology
-from vnpu_dra_driver import chips, cluster, errors, publisher, slices
+from vnpu_dra_driver import chips, cluster, errors, ledger, plugin, prepare, publisher, slices
 from vnpu_npu import backend
 from vnpu_npu import errors as npu_errors
 from vnpu_npu.dcmi import backend as dcmi_backend
@@ -37,7 +40,11 @@ log = structlog.get_logger(__name__)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vnpu-dra-driver", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("slices", "print the slices as JSON"), ("publish", "publish them")):
+    for name, text in (
+        ("slices", "print the slices as JSON"),
+        ("publish", "publish them"),
+        ("serve", "serve the kubelet plugin and publish the slices"),
+    ):
         command = commands.add_parser(name, help=text)
         command.add_argument("--node", required=True, help="node name (names the pool)")
         source = command.add_mutually_exclusive_group(required=True)
@@ -48,10 +55,26 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--server", choices=[k.value for k in topology.ServerKind], help="server layout"
         )
+    for name in ("publish", "serve"):
+        command = commands.choices[name]
+        command.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+        command.add_argument("--log-level", default="info", help="debug, info, warning, error")
     publish = commands.choices["publish"]
-    publish.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
     publish.add_argument("--interval", type=float, help="republish every SECONDS (default: once)")
-    publish.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    serve = commands.choices["serve"]
+    serve.add_argument("--interval", type=float, default=30.0, help="republish every SECONDS")
+    serve.add_argument(
+        "--kubelet-dir", type=Path, default=Path("/var/lib/kubelet"), help="the kubelet's root"
+    )
+    serve.add_argument(
+        "--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go"
+    )
+    serve.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/lib/vnpu-dra-driver"),
+        help="where the claim ledger is kept",
+    )
     return parser
 
 
@@ -61,14 +84,18 @@ def _backend(args: argparse.Namespace) -> backend.Backend:
     return dcmi_backend.DcmiBackend(args.dcmi_library or None)
 
 
-def _build(args: argparse.Namespace, npu: backend.Backend) -> tuple[slices.Json, ...]:
-    found = chips.read(npu)
+def _model(args: argparse.Namespace, found: Sequence[slices.Chip]) -> catalog.ChipModel:
     name = args.model or (found[0].info.model if found else "")
     model = catalog.BUILTIN.by_chip_name(name)
     if model is None:
         raise errors.SliceError("model", name, "not a catalog model")
+    return model
+
+
+def _build(args: argparse.Namespace, npu: backend.Backend) -> tuple[slices.Json, ...]:
+    found = chips.read(npu)
     server = topology.ServerKind(args.server) if args.server else None
-    return slices.build(args.node, found, model, soft=args.soft, server=server)
+    return slices.build(args.node, found, _model(args, found), soft=args.soft, server=server)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,14 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write("\n")
             return 0
         logs.configure(args.log_level)
+        if args.command == "serve":
+            return _serve(args, npu)
         return _publish(args, npu)
     except (errors.DraDriverError, npu_errors.NpuError, kubeapi.KubeError) as exc:
         sys.stderr.write(f"vnpu-dra-driver: {exc}\n")
         return 1
 
 
-def _publish(args: argparse.Namespace, npu: backend.Backend) -> int:
-    api = cluster.KubeSlices.connect(args.kubeconfig)
+def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
 
     def on_signal(number: int, _frame: FrameType | None) -> None:
@@ -96,6 +124,37 @@ def _publish(args: argparse.Namespace, npu: backend.Backend) -> int:
 
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, on_signal)
+    return stop
+
+
+def _serve(args: argparse.Namespace, npu: backend.Backend) -> int:
+    api = cluster.KubeSlices.connect(args.kubeconfig)
+    stop = _stop_on_signals()
+    try:
+        model = _model(args, chips.read(npu))
+        book = ledger.Ledger(args.state_dir)
+        preparer = prepare.Preparer(args.node, npu, model, api, book, args.cdi_dir)
+        preparer.reconcile()
+        server = plugin.Plugin(preparer, args.kubelet_dir).start()
+        try:
+            pool = publisher.Publisher(api)
+            while True:
+                try:
+                    pool.publish(args.node, _build(args, npu))
+                except (errors.PublishError, npu_errors.NpuError) as exc:
+                    log.warning("publish_failed", node=args.node, error=str(exc))
+                if stop.wait(args.interval):
+                    return 0
+        finally:
+            server.stop()
+    finally:
+        api.close()
+        npu.close()
+
+
+def _publish(args: argparse.Namespace, npu: backend.Backend) -> int:
+    api = cluster.KubeSlices.connect(args.kubeconfig)
+    stop = _stop_on_signals()
     try:
         pool = publisher.Publisher(api)
         while True:

@@ -1,6 +1,7 @@
 """The Kubernetes API as the DRA driver uses it: the one module that imports the client.
 
-``SliceApi`` is the port ``publisher`` writes through; ``KubeSlices`` implements it with the
+``SliceApi`` is the port ``publisher`` writes through and ``ClaimApi`` the one ``prepare``
+reads ResourceClaims through; ``KubeSlices`` implements both with the
 official ``kubernetes`` client built by ``vnpu_service.kubeapi.client``. Calls send and
 return plain dicts (``_preload_content=False``, read by ``kubeapi.fetch``), and every
 failure arrives as a ``vnpu_service.kubeapi.ApiError`` subclass: ``Conflict`` when a
@@ -33,8 +34,14 @@ class SliceApi(Protocol):
     def delete_slice(self, name: str, resource_version: str) -> None: ...
 
 
+class ClaimApi(Protocol):
+    """What the kubelet plugin reads: a ResourceClaim by namespace and name."""
+
+    def get_claim(self, namespace: str, name: str) -> Json | None: ...
+
+
 class KubeSlices:
-    """``SliceApi`` over the official client; ``timeout`` is per call, in seconds."""
+    """``SliceApi`` and ``ClaimApi`` over the official client; ``timeout`` is per call, in seconds."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
         self._client = api_client
@@ -103,3 +110,15 @@ class KubeSlices:
             ),
             f"delete resourceslice {name}",
         )
+
+    def get_claim(self, namespace: str, name: str) -> Json | None:
+        """The ResourceClaim ``namespace/name`` as stored, or None when it does not exist."""
+        try:
+            return kubeapi.fetch(
+                lambda: self._resource.read_namespaced_resource_claim(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                ),
+                f"get resourceclaim {namespace}/{name}",
+            )
+        except kubeapi.NotFound:
+            return None

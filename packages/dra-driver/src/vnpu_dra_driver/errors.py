@@ -2,11 +2,16 @@
 
 ``slices`` raises ``SliceError`` for inputs it cannot publish (nothing retrying can fix);
 ``publisher`` raises ``PublishError`` when the API refused or could not be reached, with
-``retryable`` telling the caller whether the next sync may succeed unchanged::
+``retryable`` telling the caller whether the next sync may succeed unchanged. The kubelet
+plugin's ``prepare`` raises ``ClaimError`` for a claim it cannot prepare or unprepare; the
+gRPC server turns it into that claim's ``error`` in the answer (the kubelet retries)::
 
     DraDriverError
     ├── SliceError      a node's chips cannot become slices (field, value, reason)
-    └── PublishError    the pool could not be written (node, reason; retryable)
+    ├── PublishError    the pool could not be written (node, reason; retryable)
+    ├── ClaimError      a claim cannot be (un)prepared (claim, device, reason; retryable)
+    │   └── DeviceError an allocated device this node cannot give (device, reason)
+    └── ClaimLedgerError the claim ledger cannot be read or written (path, reason)
 """
 
 from __future__ import annotations
@@ -36,3 +41,33 @@ class PublishError(DraDriverError):
         self.reason = reason
         self.retryable = retryable
         super().__init__(f"node {node}: {reason}")
+
+
+class ClaimError(DraDriverError):
+    """Claim ``claim`` (``namespace/name``) cannot be prepared or unprepared: ``reason``;
+    ``device`` names the allocated device at fault, when one is."""
+
+    def __init__(self, claim: str, reason: str, *, device: str = "", retryable: bool) -> None:
+        self.claim = claim
+        self.device = device
+        self.reason = reason
+        self.retryable = retryable
+        where = f"claim {claim}" + (f" device {device}" if device else "")
+        super().__init__(f"{where}: {reason}")
+
+
+class DeviceError(ClaimError):
+    """An allocated device of ``claim`` that this node cannot give (unknown name, no such chip,
+    a template the chip's model lacks): retrying never helps."""
+
+    def __init__(self, claim: str, device: str, reason: str) -> None:
+        super().__init__(claim, reason, device=device, retryable=False)
+
+
+class ClaimLedgerError(DraDriverError):
+    """The claim ledger at ``path`` cannot be read or written: ``reason``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"claim ledger {path}: {reason}")
