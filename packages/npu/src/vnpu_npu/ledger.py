@@ -15,7 +15,8 @@ Who reads it, and how a broken record is met:
   its index, since ownership is never guessed;
 * the exporter (``vnpu_exporter.ownership``) reads it on every refresh with ``scan``, which
   keeps the usable records and returns the unusable ones as errors, to be skipped and counted;
-* the DRA driver is to keep its vNPUs' owners in the same document.
+* the DRA driver keeps its claims' vNPUs in a claim ledger of the same envelope and states
+  (``vnpu_dra_driver.ledger``): a claim, not a pod container, owns them there.
 
 Both readers check records with the same ``record``. A ledger file that does not exist is an
 empty ledger; one that exists but cannot be read raises ``errors.StateFileError``.

@@ -183,6 +183,7 @@ class Service:
             lambda: self.cache.catalog,
             config.scheduler_name,
             *((self.quotas.admission_refusal,) if self.quotas else ()),
+            dra=config.mode is settings.Mode.DRA,
         )
         self.informers = [
             informer.Informer(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Sequence
+from enum import StrEnum
 
 import pydantic
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +20,13 @@ from vnpu_scheduler import errors
 
 BIND_ROLLBACK_SECONDS = 2.0
 """The end of ``bind_timeout`` a bind keeps for rolling back (``binder.ROLLBACK_SECONDS``)."""
+
+
+class Mode(StrEnum):
+    """How NPUs are allocated: by this extender and the device plugins, or by DRA."""
+
+    CLASSIC = "classic"
+    DRA = "dra"
 
 
 class Settings(BaseSettings):
@@ -60,6 +68,10 @@ class Settings(BaseSettings):
     """HAMi device-config YAML (the ``vnpus`` document); unset means the built-in chip models."""
     config_poll_seconds: float = pydantic.Field(default=5.0, gt=0)
     """How often the device-config file is checked for changes."""
+    mode: Mode = Mode.CLASSIC
+    """classic: the webhook rounds NPU requests and routes pods to this extender; dra: the
+    webhook rewrites them as the extended resources the npu.vnpu.io DeviceClasses serve and
+    leaves scheduling to kube-scheduler's DRA allocator (docs/dra.md)."""
     policy: requests.Policy = requests.Policy.DEFAULT
     """Chip and node policy for pods that name none: best-fit, binpack or spread."""
     handshake_timeout: float = pydantic.Field(default=60.0, gt=0)
@@ -226,6 +238,7 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("--webhook-max-body-bytes", "largest body on the webhook listener (default 7 MiB)"),
     ("--device-config", "HAMi device-config YAML, reloaded when it changes"),
     ("--config-poll-seconds", "how often the device config is checked (default 5)"),
+    ("--mode", "classic (this extender and the device plugins) or dra (default classic)"),
     ("--policy", "default policy: best-fit, binpack or spread (default best-fit)"),
     ("--handshake-timeout", "seconds after which a silent device plugin's node is unavailable"),
     ("--scheduler-name", "schedulerName the webhook sets on NPU pods (default vnpu-scheduler)"),

@@ -38,7 +38,7 @@ import structlog
 
 from vnpu_core import catalog, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import extender, notices, wire
+from vnpu_scheduler import dramode, extender, notices, wire
 
 Json = dict[str, Any]
 DEFAULT_SCHEDULER = notices.DEFAULT_SCHEDULER
@@ -112,10 +112,13 @@ class Webhook:
         models: Callable[[], catalog.Catalog],
         scheduler_name: str,
         quota: Callable[[str, requests.PodRequest], str] = lambda _namespace, _request: "",
+        *,
+        dra: bool = False,
     ) -> None:
         self._models = models
         self._scheduler_name = scheduler_name
         self._quota = quota
+        self._dra = dra
 
     def _ignored(self, pod: Json) -> bool:
         meta = pod.get("metadata") or {}
@@ -184,6 +187,12 @@ class Webhook:
         if request is None:
             return _warned(wire.admission_response(uid, True), said)
         spec = pod.get("spec") or {}
+        if self._dra:  # kube-scheduler allocates: no routing, the resources DRA serves
+            renamed, rewritten, denial = dramode.convert(spec, request)
+            if denial:
+                return wire.admission_response(uid, False, denial, code=400)
+            reply = wire.admission_response(uid, True, patch=renamed)
+            return _warned(reply, request.notes + rewritten + said)
         current = spec.get("schedulerName") or ""
         if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
             return _warned(wire.admission_response(uid, True), said)
