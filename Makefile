@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin kwok-bin clean
+.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin kwok-bin kueue-bin clean
 
 all: test
 
@@ -110,6 +110,12 @@ k8s-bin:
 # benchmarks/bench_scale.py's fake nodes (docs/benchmarks.md).
 kwok-bin:
 	bash scripts/kwok-bin.sh
+
+# Kueue's manager (sigs.k8s.io/kueue, pinned), built with `go` into
+# ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/kueue/<version>/ once per machine (about 5 minutes on
+# two cores), for `vnpu-sandbox up --kueue` and tests/e2e/test_kueue.py (docs/sandbox.md).
+kueue-bin:
+	bash scripts/kueue-bin.sh
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:

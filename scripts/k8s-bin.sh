@@ -19,6 +19,10 @@
 #   VNPU_K8S_FORCE=1     rebuild even when the stamp matches
 set -euo pipefail
 
+go_build_tool=k8s-bin
+# shellcheck source=scripts/go-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-build.sh"
+
 k8s_version="${VNPU_K8S_VERSION:-v1.37.2}"
 etcd_version="${VNPU_ETCD_VERSION:-v3.7.3}"
 jobs="${VNPU_K8S_BUILD_JOBS:-$(nproc)}"
@@ -28,12 +32,9 @@ stamp="$bin/.built"
 want="kubernetes=${k8s_version} etcd=${etcd_version}"
 binaries=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd)
 
-# The machine's own Go unless the caller asks for another (a toolchain line in a generated
-# go.mod must not make the go command fetch one behind our back).
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+# go.mod and go.sum here are generated: let the go command complete them (GOTOOLCHAIN=local,
+# set by go-build.sh, keeps a toolchain line in them from fetching another Go).
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
-
-say() { printf 'k8s-bin: %s\n' "$*" >&2; }
 
 if [[ "${VNPU_K8S_FORCE:-0}" != 1 && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   missing=0
@@ -44,7 +45,8 @@ if [[ "${VNPU_K8S_FORCE:-0}" != 1 && -f "$stamp" && "$(cat "$stamp")" == "$want"
   fi
 fi
 
-command -v go >/dev/null 2>&1 || { say "no 'go' command on PATH"; exit 1; }
+need_go
+need_jobs VNPU_K8S_BUILD_JOBS "$jobs"
 if [[ ! "$k8s_version" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   say "VNPU_K8S_VERSION must look like v1.37.2, not '$k8s_version'"
   exit 2
@@ -56,25 +58,6 @@ log="$root/build.log"
 mkdir -p "$bin" "$root/kubernetes" "$root/etcd"
 : >"$log"
 say "$(go version); building into $bin (log: $log)"
-
-# Runs a go command in a module directory; on failure names what the module proxy refused.
-run_go() {
-  local dir=$1 what=$2
-  shift 2
-  if ! (cd "$dir" && "$@") >>"$log" 2>&1; then
-    say "failed: $what"
-    local refused
-    refused=$(grep -E '(403|404|410|Forbidden|not found|not available|unknown revision|invalid version|refused|no matching versions|requires go)' "$log" |
-      sed -e 's/^[[:space:]]*"Error": "//' -e 's/",\{0,1\}$//' -e 's/\\n\\t/ /g' | sort -u | tail -n 5 || true)
-    if [[ -n "$refused" ]]; then
-      say "the Go module proxy ($(go env GOPROXY)) refused:"
-      printf '  %s\n' "$refused" >&2
-    else
-      tail -n 20 "$log" >&2
-    fi
-    exit 1
-  fi
-}
 
 # --- Kubernetes -------------------------------------------------------------------------
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
@@ -115,7 +98,7 @@ ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
 say "compiling ${k8s_cmds[*]##*/} (go build -p $jobs; the first build takes a while)"
 t=$SECONDS
-run_go "$k8s_dir" "go build ${k8s_cmds[*]}" \
+run_go_long "$k8s_dir" "go build ${k8s_cmds[*]}" \
   nice -n 10 go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$bin/" "${k8s_cmds[@]}"
 say "kubernetes binaries built in $((SECONDS - t)) s"
 
@@ -141,7 +124,7 @@ run_go "$etcd_dir" "go get go.etcd.io/etcd/server/v3@${etcd_version}" \
   go get "go.etcd.io/etcd/server/v3/etcdmain@${etcd_version}"
 run_go "$etcd_dir" "go mod tidy (etcd)" go mod tidy
 t=$SECONDS
-run_go "$etcd_dir" "go build etcd" \
+run_go_long "$etcd_dir" "go build etcd" \
   nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$bin/etcd" .
 say "etcd built in $((SECONDS - t)) s"
 

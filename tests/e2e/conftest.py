@@ -6,10 +6,12 @@ builds), vnpu-scheduler with its TLS webhooks, and per node a simulated kubelet,
 plugin and the exporter; ``vnpu-sandbox down`` stops it afterwards. vnpu's services get the
 RBAC objects of the chart as ``make chart`` renders it. A module changes the sandbox's shape
 with ``CLUSTER`` (the cluster file), ``SCHEDULERS`` (pairs of kube-scheduler and
-vnpu-scheduler) and ``PROMETHEUS`` (start one, when it is on PATH). Tests drive it the way a
-person does: the kubectl built beside kube-apiserver, HTTP to the exporters and Prometheus,
-and the simulated chips' files read through the simulated NPU backend. Without the binaries
-every test here skips, naming the command that builds them (fails with VNPU_REQUIRE_K8S=1).
+vnpu-scheduler), ``PROMETHEUS`` (start one, when it is on PATH) and ``KUEUE`` (``up --kueue``:
+Kueue's CRDs, webhooks and manager too). Tests drive it the way a person does: the kubectl
+built beside kube-apiserver, HTTP to the exporters and Prometheus, and the simulated chips'
+files read through the simulated NPU backend. Without the binaries every test here skips,
+naming the command that builds them (fails with VNPU_REQUIRE_K8S=1); so does a ``KUEUE``
+module without Kueue's (``make kueue-bin``; fails with VNPU_REQUIRE_KUEUE=1).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import pytest
 
 from vnpu_npu.sim import backend as sim_backend
-from vnpu_sandbox.platform import controlplane, kubectl, layout
+from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout
 
 CLUSTER = """\
 nodes:
@@ -154,13 +156,22 @@ class Sandbox:
 def sandbox(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Sandbox]:
-    """The module's sandbox, shaped by its ``CLUSTER``, ``SCHEDULERS`` and ``PROMETHEUS``."""
+    """The module's sandbox, shaped by its ``CLUSTER``, ``SCHEDULERS``, ``PROMETHEUS`` and
+    ``KUEUE``."""
     try:
         bins = controlplane.binaries()
     except controlplane.ControlPlaneError as exc:
         if os.environ.get("VNPU_REQUIRE_K8S") == "1":
             pytest.fail(f"the real control plane is required (VNPU_REQUIRE_K8S=1): {exc}")
         pytest.skip(f"the real control plane is not built: {exc}")
+    queueing = bool(getattr(request.module, "KUEUE", False))
+    if queueing:
+        try:
+            kueue.build()
+        except kueue.KueueError as exc:
+            if os.environ.get("VNPU_REQUIRE_KUEUE") == "1":
+                pytest.fail(f"Kueue is required (VNPU_REQUIRE_KUEUE=1): {exc}")
+            pytest.skip(f"Kueue is not built: {exc}")
     directory = tmp_path_factory.mktemp("sb")
     cluster_file = directory / "cluster.yaml"
     cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
@@ -176,7 +187,7 @@ def sandbox(
     started = sandbox_command(
         "up", "--cluster", str(cluster_file), "--dir", str(directory),
         "--timeout", f"{UP_TIMEOUT_SECONDS:g}", "--schedulers", schedulers, "--rbac", str(chart),
-        *(() if prometheus else ("--no-prometheus",)),
+        *(() if prometheus else ("--no-prometheus",)), *(("--kueue",) if queueing else ()),
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stderr + started.stdout

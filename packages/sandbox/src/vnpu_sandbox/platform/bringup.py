@@ -6,18 +6,22 @@ the webhook configurations (``https`` URLs of vnpu-scheduler's webhook listener 
 sandbox CA as ``caBundle``), kube-scheduler's configuration (the chart's document plus
 ``clientConnection``), the simulated chips, kube-controller-manager, kube-scheduler, then
 vnpu-scheduler and every node's kubelet, device plugin and exporter, each with its own
-identity.
+identity. With ``up --kueue`` (``kueue``), Kueue's CRDs are created and established and its
+webhook configurations registered right after vnpu's, and its manager starts after
+kube-scheduler.
 
 Ready means usable (``probes.usable``): every HTTP endpoint answers, every node is Ready with
 its NPUs published, and kube-apiserver admits an NPU pod in ``default`` (a server-side dry
 run: the ``default`` ServiceAccount exists and vnpu's mutating webhook answered), so a
-``kubectl apply`` right after ``up`` is admitted and scheduled. Failures are
+``kubectl apply`` right after ``up`` is admitted and scheduled; with Kueue, also that a Job
+for a queue comes back suspended from Kueue's webhooks (``kueue.problems``). Failures are
 ``startup.StartError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +33,7 @@ from vnpu_sandbox.platform import (
     clusterfile,
     components,
     controlplane,
+    kueue,
     layout,
     manifests,
     probes,
@@ -57,11 +62,12 @@ def bring_up(
     rules: Path | None = None,
     replicas: Sequence[tuple[int, int]] = (),
     rbac: Path | None = None,
+    queueing: kueue.Kueue | None = None,
 ) -> None:
     """Start everything; ``prometheus``: its binary (None: none), loading the alert ``rules``;
     ``replicas``: the ports (vnpu-scheduler's, kube-scheduler's) of more pairs of
     kube-scheduler and vnpu-scheduler (see ``_more_schedulers``); ``rbac``: the rendered chart
-    whose RBAC objects to apply."""
+    whose RBAC objects to apply; ``queueing``: Kueue to run beside it all (None: none)."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -81,6 +87,8 @@ def bring_up(
             controlplane.create(plane.api_url, run_.tls, document)
     except controlplane.ControlPlaneError as exc:
         raise startup.StartError("kube-apiserver", str(exc)) from exc
+    if queueing is not None:
+        _install_kueue(run_, plane, run_.tls, queueing, left())
     extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
     _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
     if prometheus is not None:
@@ -89,6 +97,9 @@ def bring_up(
         components.write_chips(where.node(node.name), node)
     run_.start(controlplane.controller_manager(plane))
     run_.start(controlplane.scheduler(plane, where.kube_scheduler_config))
+    if queueing is not None:
+        # The sandbox's admin identity: the sandbox applies none of Kueue's RBAC objects.
+        run_.start(kueue.component(queueing, plane.kubeconfig(controlplane.ADMIN)))
     for component in components.services(
         where,
         nodes,
@@ -105,7 +116,35 @@ def bring_up(
         extra=lambda: (
             probes.node_problems(plane.api_url, nodes, run_.tls)
             or probes.usable(plane.api_url, nodes, run_.tls)
+            or (kueue.problems(plane.api_url, run_.tls) if queueing is not None else {})
         ),
+        progress=_progress,
+    )
+
+
+def _install_kueue(
+    run_: startup.Startup,
+    plane: controlplane.Plane,
+    tls: ssl.SSLContext,
+    queueing: kueue.Kueue,
+    timeout: float,
+) -> None:
+    """Kueue's files, CRDs (waiting until kube-apiserver serves them: the manager's caches
+    need them from its start) and webhook configurations, all on the sandbox's CA."""
+    bundle = controlplane.ca_bundle(plane)
+    try:
+        kueue.prepare(queueing, plane.pki)
+        crds = kueue.crd_documents(queueing.build, queueing.webhook_url, bundle)
+        kueue.create_crds(plane.api_url, tls, crds)
+        for document in kueue.webhook_configurations(queueing.build, queueing.webhook_url, bundle):
+            controlplane.create(plane.api_url, tls, document)
+    except (kueue.KueueError, controlplane.ControlPlaneError) as exc:
+        raise startup.StartError("kueue", str(exc)) from exc
+    names = [crd["metadata"]["name"] for crd in crds]
+    run_.wait_ready(
+        timeout,
+        names=[],
+        extra=lambda: kueue.unestablished(plane.api_url, tls, names),
         progress=_progress,
     )
 

@@ -4,8 +4,10 @@
 three-node ``cluster.yaml`` beside this module), refuses a directory whose sandbox still
 runs, chooses every port at once (none reused), and brings up the real control plane built
 by ``make k8s-bin`` with vnpu's services and the simulated nodes around it
-(``bringup.bring_up``), waiting until the sandbox is usable. Then it prints the kubeconfig
-to export, every port and where the logs are, and exits, leaving the sandbox running.
+(``bringup.bring_up``), waiting until the sandbox is usable. With ``--kueue`` Kueue runs
+beside it (``kueue``: the manager ``make kueue-bin`` builds, its CRDs and webhooks). Then it
+prints the kubeconfig to export, every port and where the logs are, and exits, leaving the
+sandbox running.
 
 Exit status: 0 up, 1 a component failed (the message names it and shows the end of its log;
 everything started is stopped again), 2 bad input (cluster file, directory, flags), 130
@@ -25,6 +27,7 @@ from vnpu_sandbox.platform import (
     clusterfile,
     components,
     controlplane,
+    kueue,
     layout,
     processes,
     startup,
@@ -104,6 +107,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: cluster-admin, no policies)",
     )
     parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue (sigs.k8s.io/kueue, built by `make kueue-bin`): its CRDs, its "
+        "webhooks and its manager, with the batch/job integration",
+    )
+    parser.add_argument(
         "--alert-rules",
         type=Path,
         metavar="FILE",
@@ -147,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         bins = controlplane.binaries()
     except controlplane.ControlPlaneError as exc:
         return _fail(str(exc))
+    try:
+        built = kueue.build() if args.kueue else None
+    except kueue.KueueError as exc:
+        return _fail(f"--kueue: {exc}")
     too_long = components.longest_socket(where, nodes)
     if too_long is not None:
         return _fail(
@@ -158,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--alert-rules {rules}: no such file")
     if args.rbac is not None and not args.rbac.is_file():
         return _fail(f"--rbac {args.rbac}: no such file")
-    for stale in ("nodes", "logs", "prometheus", "control-plane"):
+    for stale in ("nodes", "logs", "prometheus", "control-plane", "kueue"):
         shutil.rmtree(where.root / stale, ignore_errors=True)
     pick = components.PortPicker()
     try:
@@ -171,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         )
         plane = controlplane.Plane.at(where, controlplane.Ports.choose(pick, ports.api), bins)
         replicas = [(pick(), pick()) for _ in range(args.schedulers - 1)]
+        queueing = None if built is None else kueue.Kueue.at(where, built, kueue.Ports.choose(pick))
     finally:
         pick.close()
     record = layout.Record(
@@ -178,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=str(where.kubeconfig),
         cluster_file=str(Path(args.cluster).resolve()),
         nodes=list(nodes),
-        ports=ports.as_dict() | plane.ports.as_dict(),
+        ports=ports.as_dict()
+        | plane.ports.as_dict()
+        | (queueing.ports.as_dict() if queueing is not None else {}),
         prometheus_url=components.url(ports.prometheus) if prometheus else None,
     )
     run_ = startup.Startup(where, record)
@@ -186,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         bringup.bring_up(
             run_, where, nodes, ports, plane, args.timeout,
             prometheus=prometheus, rules=rules, replicas=replicas, rbac=args.rbac,
+            queueing=queueing,
         )  # fmt: skip
     except startup.StartError as exc:
         run_.stop_all()
@@ -235,6 +252,12 @@ def summary(
     ]
     if record.prometheus_url:
         lines.append(f"  Prometheus       {record.prometheus_url}")
+    if "kueue-webhook" in record.ports:
+        lines.append(
+            f"  {'Kueue ' + kueue.VERSION:<17}{controlplane.https(record.ports['kueue-webhook'])}"
+            f"  (webhooks; integration {', '.join(kueue.FRAMEWORKS)};"
+            f" health :{record.ports['kueue-health']})"
+        )
     for node in nodes:
         plugin = record.ports[f"device-plugin/{node.name}"]
         exporter = record.ports.get(f"exporter/{node.name}")
