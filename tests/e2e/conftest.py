@@ -6,8 +6,8 @@ builds), vnpu-scheduler with its TLS webhooks, and per node a simulated kubelet,
 plugin and the exporter; ``vnpu-sandbox down`` stops it afterwards. vnpu's services get the
 RBAC objects of the chart as ``make chart`` renders it. A module changes the sandbox's shape
 with ``CLUSTER`` (the cluster file), ``SCHEDULERS`` (pairs of kube-scheduler and
-vnpu-scheduler), ``PROMETHEUS`` (start one, when it is on PATH) and ``KUEUE`` (``up --kueue``:
-Kueue's CRDs, webhooks and manager too). Tests drive it the way a person does: the kubectl
+vnpu-scheduler), ``PROMETHEUS`` (start one, when it is on PATH), ``KUEUE`` (``up --kueue``:
+Kueue's CRDs, webhooks and manager too) and ``MODE`` (``up --mode``: ``classic`` or ``dra``). Tests drive it the way a person does: the kubectl
 built beside kube-apiserver, HTTP to the exporters and Prometheus, and the simulated chips'
 files read through the simulated NPU backend. Without the binaries every test here skips,
 naming the command that builds them (fails with VNPU_REQUIRE_K8S=1); so does a ``KUEUE``
@@ -176,6 +176,7 @@ def sandbox(
     cluster_file = directory / "cluster.yaml"
     cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
     schedulers = str(getattr(request.module, "SCHEDULERS", 1))
+    mode = str(getattr(request.module, "MODE", "classic"))
     prometheus = getattr(request.module, "PROMETHEUS", False) and shutil.which("prometheus")
     # The chart's own RBAC gives vnpu's services their rights: the real authorizer judges it.
     chart = directory / "chart.yaml"
@@ -187,6 +188,7 @@ def sandbox(
     started = sandbox_command(
         "up", "--cluster", str(cluster_file), "--dir", str(directory),
         "--timeout", f"{UP_TIMEOUT_SECONDS:g}", "--schedulers", schedulers, "--rbac", str(chart),
+        "--mode", mode,
         *(() if prometheus else ("--no-prometheus",)), *(("--kueue",) if queueing else ()),
     )  # fmt: skip
     try:

@@ -47,3 +47,10 @@ def test_kube_apiserver_accepts_every_class(render: Any, kube_plane: Any) -> Non
             "POST", "/apis/resource.k8s.io/v1/deviceclasses?dryRun=All", item
         )
         assert stored["spec"] == item["spec"], item["metadata"]["name"]
+
+
+def test_the_chart_renders_exactly_the_classes_vnpu_core_builds(render: Any) -> None:
+    """The sandbox applies draclasses.device_classes; a cluster installs the chart's."""
+    rendered = {c["metadata"]["name"]: c["spec"] for c in render(ON).all("DeviceClass")}
+    built = {c["metadata"]["name"]: c["spec"] for c in draclasses.device_classes(catalog.BUILTIN)}
+    assert rendered == built

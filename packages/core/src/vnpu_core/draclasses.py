@@ -56,3 +56,54 @@ def tiers(model: catalog.ChipModel) -> dict[int, tuple[str, ...]]:
     for template in model.templates:
         found[template.memory_mib] = (*found.get(template.memory_mib, ()), template.name)
     return found
+
+
+def _class(
+    model: catalog.ChipModel, name: str, select: str, resource: str = ""
+) -> dict[str, object]:
+    expression = (
+        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].model == "
+        f"'{model.common_word}' && {select}"
+    )
+    spec: dict[str, object] = {"selectors": [{"cel": {"expression": expression}}]}
+    if resource:
+        spec["extendedResourceName"] = resource
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"{name}.{DRIVER}"},
+        "spec": spec,
+    }
+
+
+def device_classes(models: catalog.Catalog) -> list[dict[str, object]]:
+    """The DeviceClasses of ``models``, as the chart renders them (tests/helm compares)."""
+    template = f"device.attributes['{DRIVER}'].template"
+    out = []
+    for model in models:
+        word = _word(model)
+        out.append(_class(model, word, f"{template} == '{WHOLE}'", whole_resource(model)))
+        for item in model.templates:
+            resource = template_resource(model, item)
+            out.append(
+                _class(
+                    model,
+                    class_name(resource, model).removesuffix(f".{DRIVER}"),
+                    f"{template} == '{item.name}'",
+                    resource,
+                )
+            )
+        for memory, names in sorted(tiers(model).items()):
+            listed = ", ".join(f"'{n}'" for n in names)
+            resource = tier_resource(model, memory)
+            out.append(
+                _class(
+                    model,
+                    class_name(resource, model).removesuffix(f".{DRIVER}"),
+                    f"{template} in [{listed}]",
+                    resource,
+                )
+            )
+        out.append(_class(model, f"{word}-vnpu", f"!({template} in ['{WHOLE}', '{SOFT}'])"))
+        out.append(_class(model, f"{word}-soft", f"{template} == '{SOFT}'"))
+    return out

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from vnpu_core import catalog, draclasses
 from vnpu_sandbox.platform import (
     clusterfile,
     components,
@@ -63,11 +64,14 @@ def bring_up(
     replicas: Sequence[tuple[int, int]] = (),
     rbac: Path | None = None,
     queueing: kueue.Kueue | None = None,
+    dra: bool = False,
 ) -> None:
     """Start everything; ``prometheus``: its binary (None: none), loading the alert ``rules``;
     ``replicas``: the ports (vnpu-scheduler's, kube-scheduler's) of more pairs of
     kube-scheduler and vnpu-scheduler (see ``_more_schedulers``); ``rbac``: the rendered chart
-    whose RBAC objects to apply; ``queueing``: Kueue to run beside it all (None: none)."""
+    whose RBAC objects to apply; ``queueing``: Kueue to run beside it all (None: none);
+    ``dra``: DRA mode (the DeviceClasses, kube-scheduler without the extender, the webhook's
+    ``--mode dra`` and a DRA driver on each node instead of the device plugin)."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -82,14 +86,19 @@ def bring_up(
     webhooks = manifests.webhook_configurations(
         controlplane.https(plane.ports.webhook), controlplane.ca_bundle(plane)
     )
+    classes = draclasses.device_classes(catalog.BUILTIN) if dra else []
     try:
-        for document in [*controlplane.rbac_documents(rbac), *webhooks]:
+        for document in [*controlplane.rbac_documents(rbac), *webhooks, *classes]:
             controlplane.create(plane.api_url, run_.tls, document)
     except controlplane.ControlPlaneError as exc:
         raise startup.StartError("kube-apiserver", str(exc)) from exc
     if queueing is not None:
         _install_kueue(run_, plane, run_.tls, queueing, left())
-    extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
+    extender = (
+        manifests.dra_scheduler_config()
+        if dra
+        else manifests.kube_scheduler_config(components.url(ports.scheduler))
+    )
     _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
     if prometheus is not None:
         _write_yaml(where.prometheus / "prometheus.yml", _prometheus_config(ports, rules))
@@ -107,6 +116,7 @@ def bring_up(
         prometheus,
         controlplane.credentials(plane),
         scheduler_flags=controlplane.scheduler_flags(plane),
+        dra=dra,
     ):
         run_.start(component)
     for extra in _more_schedulers(run_, where, ports, plane, replicas):
@@ -114,8 +124,8 @@ def bring_up(
     run_.wait_ready(
         left(),
         extra=lambda: (
-            probes.node_problems(plane.api_url, nodes, run_.tls)
-            or probes.usable(plane.api_url, nodes, run_.tls)
+            probes.node_problems(plane.api_url, nodes, run_.tls, dra)
+            or probes.usable(plane.api_url, nodes, run_.tls, dra)
             or (kueue.problems(plane.api_url, run_.tls) if queueing is not None else {})
         ),
         progress=_progress,

@@ -26,6 +26,8 @@ TENANTS_NAMESPACE = "kube-system"
 TENANTS_CONFIG_MAP = "vnpu-scheduler-tenants"  # the chart's name for it (key tenants.yaml)
 PLUGIN_REPORT_RETRY_SECONDS = 1.0
 REGISTER_TIMEOUT_SECONDS = 120.0
+DRA_PUBLISH_SECONDS = 5.0
+"""How often a DRA driver republishes its slices (health changes show within this)."""
 """How long a simulated kubelet retries registering its Node with a real kube-apiserver."""
 EXPORTER_FAST_GROUPS = ("vnpus", "pods", "pod_resources", "ownership")
 EXPORTER_REFRESH_SECONDS = 2.0
@@ -161,11 +163,13 @@ def services(
     prometheus: str | None,
     credentials: Credentials,
     scheduler_flags: Sequence[str] = (),
+    dra: bool = False,
 ) -> list[Component]:
     """vnpu-scheduler, every node's agents and Prometheus, in start order.
 
     ``credentials`` gives each part its own kubeconfig; ``scheduler_flags`` are added to
-    vnpu-scheduler's command line.
+    vnpu-scheduler's command line. ``dra``: DRA mode (the webhook's ``--mode dra``, and the
+    DRA driver on each node instead of the device plugin).
     """
     out = [
         Component(
@@ -183,13 +187,14 @@ def services(
                 TENANTS_NAMESPACE,
                 "--tenants-config",
                 f"{TENANTS_NAMESPACE}/{TENANTS_CONFIG_MAP}",
+                *(("--mode", "dra") if dra else ()),
                 *scheduler_flags,
             ),
             url(ports.scheduler, "/readyz"),
         ),
     ]
     for node in nodes:
-        out.extend(node_agents(where, node, ports, credentials))
+        out.extend(node_agents(where, node, ports, credentials, dra))
     if prometheus is not None and ports.prometheus:
         data = where.prometheus / "data"
         argv = (
@@ -208,8 +213,10 @@ def node_agents(
     node: clusterfile.NodeSpec,
     ports: Ports,
     credentials: Credentials,
+    dra: bool = False,
 ) -> list[Component]:
-    """The simulated kubelet, the device plugin and (when it has a port) the exporter of a node."""
+    """The simulated kubelet, the device plugin (DRA mode: the DRA driver) and (when it has a
+    port) the exporter of a node."""
     dirs = where.node(node.name)
 
     def kubeconfig_of(role: str) -> str:
@@ -234,6 +241,8 @@ def node_agents(
         # kube-apiserver times creates out while many nodes start at once.
         "--register-timeout",
         f"{REGISTER_TIMEOUT_SECONDS:g}",
+        "--cdi-dir",
+        str(dirs.cdi),
     )
     plugin = _python(
         "vnpu_device_plugin",
@@ -263,14 +272,17 @@ def node_agents(
         # The plugin may start before its kubelet has created the Node: publish again soon.
         f"--report-retry={PLUGIN_REPORT_RETRY_SECONDS:g}",
     )
-    agents = [
-        Component(f"kubelet-{node.name}", kubelet),
-        Component(
-            f"device-plugin-{node.name}",
-            plugin,
-            url(ports.device_plugins[node.name], "/healthz"),
-        ),
-    ]
+    agents = [Component(f"kubelet-{node.name}", kubelet)]
+    if dra:
+        agents.append(Component(f"dra-driver-{node.name}", _dra_driver(dirs, node, kubeconfig)))
+    else:
+        agents.append(
+            Component(
+                f"device-plugin-{node.name}",
+                plugin,
+                url(ports.device_plugins[node.name], "/healthz"),
+            )
+        )
     port = ports.exporters.get(node.name)
     if port is not None:
         exporter = _python(
@@ -297,10 +309,36 @@ def node_agents(
     return agents
 
 
+def _dra_driver(
+    dirs: layout.NodeDirs, node: clusterfile.NodeSpec, kubeconfig: str
+) -> tuple[str, ...]:
+    """The DRA driver of a node, with the kubelet's identity: the Node authorizer lets a node
+    manage its own ResourceSlices and read the claims of its pods."""
+    return _python(
+        "vnpu_dra_driver",
+        "serve",
+        "--node",
+        node.name,
+        "--sim-dir",
+        str(dirs.sim),
+        *(("--soft",) if node.soft else ()),
+        "--kubelet-dir",
+        str(dirs.root),
+        "--cdi-dir",
+        str(dirs.cdi),
+        "--state-dir",
+        str(dirs.dra_state),
+        "--kubeconfig",
+        kubeconfig,
+        "--interval",
+        f"{DRA_PUBLISH_SECONDS:g}",
+    )
+
+
 def write_chips(dirs: layout.NodeDirs, node: clusterfile.NodeSpec) -> None:
     """The simulated chips of a node (``chips.yaml``, read by the plugin and the exporter)."""
     dirs.sim.mkdir(parents=True, exist_ok=True)
-    for path in (dirs.device_plugins, dirs.pod_resources_socket.parent, dirs.hami_core):
+    for path in (dirs.device_plugins, dirs.pod_resources_socket.parent, dirs.hami_core, dirs.cdi):
         path.mkdir(parents=True, exist_ok=True)
     chips = {"chip": node.model, "chips": node.chips, "server": node.server, "seed": node.name}
     (dirs.sim / "chips.yaml").write_text(yaml.safe_dump(chips, sort_keys=False), encoding="utf-8")

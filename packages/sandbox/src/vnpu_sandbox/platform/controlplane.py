@@ -411,6 +411,7 @@ _COLLECTIONS = {
     "ValidatingAdmissionPolicyBinding": (
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
     ),
+    "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
 }
 
 

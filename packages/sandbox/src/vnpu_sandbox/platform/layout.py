@@ -54,6 +54,16 @@ class NodeDirs:
         return self.root / "device-plugin"
 
     @property
+    def cdi(self) -> Path:
+        """CDI spec files (DRA mode: the driver writes them, the kubelet resolves them)."""
+        return self.root / "cdi"
+
+    @property
+    def dra_state(self) -> Path:
+        """The DRA driver's claim ledger."""
+        return self.root / "dra-driver"
+
+    @property
     def hami_core(self) -> Path:
         return self.root / "hami-vnpu-core"
 

@@ -79,6 +79,17 @@ def kube_scheduler_config(extender_url: str, scheduler_name: str = SCHEDULER_NAM
     }
 
 
+def dra_scheduler_config(scheduler_name: str = SCHEDULER_NAME) -> Json:
+    """kube-scheduler's configuration in DRA mode: it allocates NPUs itself, no extender;
+    pods that name vnpu's profile and pods that name none are both scheduled."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": scheduler_name}],
+    }
+
+
 def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> list[Json]:
     """The mutating and validating configurations of vnpu-scheduler's admission webhooks.
 

@@ -4,7 +4,9 @@
 A node is ready when its Ready condition is True, its NPUs are in allocatable (the device
 plugin registered with the kubelet) and its device plugin has published the chip inventory
 the scheduler reads (``hami.io/node-register-<CW>``). The sandbox is usable when, on top of
-that, kube-apiserver admits an NPU pod in ``default`` (``usable``). Plain ``urllib`` with the
+that, kube-apiserver admits an NPU pod in ``default`` (``usable``). In DRA mode a node is
+ready when its DRA driver has published the node's ResourceSlices, and an NPU pod is usable
+when vnpu's webhook has rewritten its vNPU request as the extended resource DRA serves. Plain ``urllib`` with the
 admin's TLS context is enough: this runs before any client library would be of use.
 """
 
@@ -17,6 +19,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from vnpu_core import catalog, draclasses
 from vnpu_sandbox.platform import clusterfile, manifests
 
 REGISTER_PREFIX = "hami.io/node-register-"
@@ -39,29 +42,47 @@ def get_json(url: str, timeout: float = 5.0, context: ssl.SSLContext | None = No
 
 
 def node_problems(
-    api_url: str, nodes: Sequence[clusterfile.NodeSpec], context: ssl.SSLContext | None = None
+    api_url: str,
+    nodes: Sequence[clusterfile.NodeSpec],
+    context: ssl.SSLContext | None = None,
+    dra: bool = False,
 ) -> dict[str, str]:
     """What keeps each node from being ready, by node name (empty when every node is)."""
     try:
         listed = get_json(f"{api_url}/api/v1/nodes", context=context)
+        pools = _pools(api_url, context) if dra else set()
     except (OSError, ValueError) as exc:
         return {n.name: f"cannot list nodes: {exc}" for n in nodes}
     by_name = {item["metadata"]["name"]: item for item in listed.get("items", [])}
     problems = {}
     for node in nodes:
-        problem = _problem(by_name.get(node.name), node)
+        problem = _problem(by_name.get(node.name), node, pools if dra else None)
         if problem:
             problems[node.name] = problem
     return problems
 
 
-def _problem(obj: dict[str, Any] | None, node: clusterfile.NodeSpec) -> str:
+def _pools(api_url: str, context: ssl.SSLContext | None) -> set[str]:
+    """The pools (node names) the npu.vnpu.io driver has published slices for."""
+    listed = get_json(f"{api_url}/apis/resource.k8s.io/v1/resourceslices", context=context)
+    return {
+        str(item["spec"]["pool"]["name"])
+        for item in listed.get("items", [])
+        if item["spec"].get("driver") == draclasses.DRIVER
+    }
+
+
+def _problem(
+    obj: dict[str, Any] | None, node: clusterfile.NodeSpec, pools: set[str] | None = None
+) -> str:
     if obj is None:
         return "not registered by its kubelet yet"
     conditions = obj.get("status", {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         return "not Ready"
+    if pools is not None:  # DRA mode: no device plugin, the driver's slices instead
+        return "" if node.name in pools else "its DRA driver has not published its slices yet"
     allocatable = obj.get("status", {}).get("allocatable") or {}
     if str(allocatable.get(node.resource, "0")) in ("0", ""):
         return f"no {node.resource} in allocatable yet (device plugin not registered)"
@@ -72,7 +93,10 @@ def _problem(obj: dict[str, Any] | None, node: clusterfile.NodeSpec) -> str:
 
 
 def usable(
-    api_url: str, nodes: Sequence[clusterfile.NodeSpec], context: ssl.SSLContext | None = None
+    api_url: str,
+    nodes: Sequence[clusterfile.NodeSpec],
+    context: ssl.SSLContext | None = None,
+    dra: bool = False,
 ) -> dict[str, str]:
     """Whether an NPU pod created in ``default`` now would be admitted and routed to vnpu.
 
@@ -84,6 +108,10 @@ def usable(
     """
     if not nodes:
         return {}
+    limits = {nodes[0].resource: "1"}
+    model = catalog.BUILTIN.by_common_word(nodes[0].common_word)
+    if dra and model is not None and model.templates:
+        limits[model.memory_resource] = str(model.templates[0].memory_mib)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -93,7 +121,7 @@ def usable(
                 {
                     "name": "main",
                     "image": "probe",
-                    "resources": {"limits": {nodes[0].resource: "1"}},
+                    "resources": {"limits": limits},
                 }
             ]
         },
@@ -116,6 +144,11 @@ def usable(
         return {"admission": f"an NPU pod in default is refused: {message[:200]}"}
     except (OSError, ValueError) as exc:
         return {"admission": f"cannot ask kube-apiserver: {exc}"}
+    if dra:
+        asked = admitted.get("spec", {}).get("containers", [{}])[0].get("resources", {})
+        if model is not None and model.resource_name in asked.get("limits", {}):
+            return {"webhook": "an NPU pod's vNPU request is not rewritten for DRA yet"}
+        return {}
     routed = admitted.get("spec", {}).get("schedulerName")
     if routed != manifests.SCHEDULER_NAME:
         return {"webhook": f"an NPU pod is not routed to {manifests.SCHEDULER_NAME} yet"}

@@ -107,6 +107,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: cluster-admin, no policies)",
     )
     parser.add_argument(
+        "--mode",
+        choices=("classic", "dra"),
+        default="classic",
+        help="classic: vnpu-scheduler as kube-scheduler's extender and a device plugin per "
+        "node; dra: kube-scheduler allocates NPUs from the DRA driver npu.vnpu.io on each "
+        "node, with vnpu's DeviceClasses and webhook (docs/dra.md) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--kueue",
         action="store_true",
         help="also run Kueue (sigs.k8s.io/kueue, built by `make kueue-bin`): its CRDs, its "
@@ -202,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         bringup.bring_up(
             run_, where, nodes, ports, plane, args.timeout,
             prometheus=prometheus, rules=rules, replicas=replicas, rbac=args.rbac,
-            queueing=queueing,
+            queueing=queueing, dra=args.mode == "dra",
         )  # fmt: skip
     except startup.StartError as exc:
         run_.stop_all()
@@ -214,7 +222,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail("interrupted; everything started was stopped", 130)
     record.ready = True
     layout.write(where, record)
-    print(summary(where, record, nodes, time.monotonic() - began, notes))
+    notes = [
+        *notes,
+        *(["DRA mode: kube-scheduler allocates NPUs (docs/dra.md)"] if args.mode == "dra" else []),
+    ]
+    print(summary(where, record, nodes, time.monotonic() - began, notes, dra=args.mode == "dra"))
     return 0
 
 
@@ -238,6 +250,7 @@ def summary(
     nodes: tuple[clusterfile.NodeSpec, ...],
     seconds: float,
     notes: list[str],
+    dra: bool = False,
 ) -> str:
     """What ``up`` prints once ready: how to use the sandbox, its ports and logs."""
     lines = [
@@ -248,7 +261,7 @@ def summary(
         "",
         f"  kube-apiserver   {record.api_url}",
         f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
-        "  (extender, webhooks, /metrics)",
+        + ("  (webhooks, /metrics)" if dra else "  (extender, webhooks, /metrics)"),
     ]
     if record.prometheus_url:
         lines.append(f"  Prometheus       {record.prometheus_url}")
@@ -262,9 +275,10 @@ def summary(
         plugin = record.ports[f"device-plugin/{node.name}"]
         exporter = record.ports.get(f"exporter/{node.name}")
         mode = "soft slices" if node.soft else "hard vNPUs"
+        agent = "DRA driver npu.vnpu.io" if dra else f"device plugin :{plugin}"
         lines.append(
             f"  node {node.name:<12} {node.chips} x {node.model} ({node.server}, {mode});"
-            f" device plugin :{plugin}" + (f", exporter :{exporter}" if exporter else "")
+            f" {agent}" + (f", exporter :{exporter}" if exporter else "")
         )
     lines += ["", f"  logs: {where.logs}/<component>.log"]
     lines += [f"  note: {note}" for note in notes]

@@ -1,0 +1,132 @@
+"""DRA mode on the real control plane: kube-scheduler allocates the npu.vnpu.io driver's devices.
+
+``vnpu-sandbox up --mode dra``: the DeviceClasses, vnpu's webhook in DRA mode, kube-scheduler
+without the extender, and on each node the DRA driver (slices, kubelet plugin) instead of the
+device plugin. The pods are written as for HAMi; the webhook renames what DRA serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from vnpu_sandbox.platform import layout
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+MODE = "dra"
+CLUSTER = """\
+nodes:
+  - {name: duo, chip: 310P3, chips: 4, server: 300i-duo}
+  - {name: train, chip: 910A, chips: 8, server: 910a-8}
+"""
+Json = dict[str, Any]
+
+
+def _pod(name: str, limits: dict[str, str], annotations: dict[str, str] | None = None) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "spec": {
+            "containers": [{"name": "main", "image": "ascend/app", "resources": {"limits": limits}}]
+        },
+    }
+
+
+def _seen(sandbox: Any, node: str, name: str) -> Json:
+    """What the simulated kubelet gave the pod's first container (env, CDI devices)."""
+    path = (
+        layout.Layout.at(sandbox.directory).node(node).kubelet_state
+        / "pods"
+        / f"default_{name}.json"
+    )
+    container: Json = yaml.safe_load(path.read_text(encoding="utf-8"))["containers"][0]
+    return container
+
+
+def _phase(sandbox: Any, name: str) -> str:
+    return str((sandbox.pods().get(name, {}).get("status") or {}).get("phase", ""))
+
+
+def test_the_seed_pod_runs_on_a_vnpu_the_driver_made_and_loses_it_when_deleted(
+    sandbox: Any,
+) -> None:
+    """The Volcano article's pod, minus schedulerName: 4096 MiB of a 310P is a 6144 MiB vNPU."""
+    sandbox.apply(
+        yaml.safe_dump(
+            _pod("seed", {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "4096"})
+        )
+    )
+    sandbox.wait_for(
+        lambda: _phase(sandbox, "seed") == "Running",
+        "the seed pod running",
+        explain=sandbox.describe_pods,
+    )
+    pod = sandbox.pods()["seed"]
+    assert pod["spec"]["nodeName"] == "duo"
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+        "npu.vnpu.io/ascend310p-6144m": "1"
+    }
+    (vnpu,) = sandbox.vnpus("duo")
+    assert vnpu.template in ("vir02", "vir02_1c")
+    seen = _seen(sandbox, "duo", "seed")
+    assert seen["env"]["ASCEND_VISIBLE_DEVICES"] == str(vnpu.vnpu_id)
+    assert f"/dev/vdavinci{vnpu.vnpu_id}" in seen["cdiDeviceNodes"]
+
+    sandbox.ctl.run(["delete", "pod", "seed"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "the seed pod's vNPU destroyed")
+
+
+def test_twenty_nine_vir01_on_four_310p3_chips_run_twenty_eight(sandbox: Any) -> None:
+    """Seven vir01 a chip (7 vNPU slots, 7 AI CPUs): the 29th waits with kube-scheduler's
+    reason, and no chip goes over any budget."""
+    pods = [
+        _pod(f"v{i:02d}", {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "3000"})
+        for i in range(29)
+    ]
+    sandbox.apply(yaml.safe_dump_all(pods))
+
+    def settled() -> bool:
+        phases = [_phase(sandbox, p["metadata"]["name"]) for p in pods]
+        return phases.count("Running") == 28
+
+    sandbox.wait_for(settled, "28 vir01 pods running", timeout=180, explain=sandbox.describe_pods)
+    waiting = [
+        n
+        for n, p in sandbox.pods().items()
+        if n.startswith("v") and (p.get("status") or {}).get("phase") != "Running"
+    ]
+    assert len(waiting) == 1
+    reasons = sandbox.ctl.items(
+        [
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={waiting[0]},reason=FailedScheduling",
+        ]
+    )
+    assert reasons, sandbox.describe_pods()
+    vnpus = sandbox.vnpus("duo")
+    assert sorted(v.template for v in vnpus) == ["vir01"] * 28
+    per_chip: dict[int, int] = {}
+    for v in vnpus:
+        per_chip[v.phy_id] = per_chip.get(v.phy_id, 0) + 1
+    assert per_chip == {0: 7, 1: 7, 2: 7, 3: 7}
+    sandbox.ctl.run(["delete", "pod", *[p["metadata"]["name"] for p in pods], "--wait=false"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "the vir01 vNPUs destroyed", timeout=120)
+
+
+def test_whole_chips_keep_the_resource_users_write(sandbox: Any) -> None:
+    sandbox.apply(yaml.safe_dump(_pod("whole", {"huawei.com/Ascend910A": "2"})))
+    sandbox.wait_for(
+        lambda: _phase(sandbox, "whole") == "Running",
+        "the whole-chip pod running",
+        explain=sandbox.describe_pods,
+    )
+    seen = _seen(sandbox, "train", "whole")
+    chips = seen["env"]["ASCEND_VISIBLE_DEVICES"].split(",")
+    assert len(set(chips)) == 2, seen
+    assert sandbox.vnpus("train") == []  # whole chips make no vNPU
+    sandbox.ctl.run(["delete", "pod", "whole"])
