@@ -72,3 +72,57 @@ module_dir() {
   (cd "$dir" && go mod download -json "$module") |
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'
 }
+
+# install_tool NAME MODULE VERSION JOBS DATA LDFLAGS FORCE [ENV=VALUE...]: builds
+# MODULE/cmd/NAME@VERSION with `go install` into ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/NAME/
+# VERSION/bin (JOBS: go build -p), writes a stamp naming the version and records in
+# module-dir the module's directory in the module cache, which must hold DATA (files a
+# caller reads at run time: CRDs, stages). A second run finds the stamp and builds nothing; a
+# module cache cleaned since is downloaded again without a rebuild. FORCE=1 rebuilds anyway.
+# LDFLAGS are the version stamps the project's own release build sets; ENV is added to the
+# build's environment (e.g. CGO_ENABLED=0).
+install_tool() {
+  local name=$1 module=$2 version=$3 jobs=$4 data=$5 ldflags=$6 force=$7
+  shift 7
+  local root="${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/${name}/${version}"
+  local bin="$root/bin" want="${name}=${version}"
+  local stamp="$bin/.built" started=$SECONDS built=0 dir t
+  log="$root/build.log"
+  if [[ ! "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+    say "the version must look like v1.2.3, not '$version'"
+    exit 2
+  fi
+  need_go
+  mkdir -p "$bin"
+  if [[ "$force" != 1 && -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    built=1
+  fi
+  if [[ $built == 1 && -f "$root/module-dir" && -d "$(cat "$root/module-dir")/$data" ]]; then
+    say "up to date in $bin ($want; $data in $(cat "$root/module-dir"))"
+    return 0
+  fi
+  : >"$log"
+  say "$(go version); log: $log"
+  say "resolving ${module}@${version}"
+  dir=$(module_dir "$root" "${module}@${version}")
+  if [[ -z "$dir" || ! -d "$dir/$data" ]]; then
+    say "${module}@${version} has no $data directory (looked in '${dir}')"
+    exit 1
+  fi
+  printf '%s\n' "$dir" >"$root/module-dir"
+  say "module source ($data): $dir"
+  if [[ $built == 1 ]]; then
+    say "$name itself is up to date in $bin ($want)"
+    return 0
+  fi
+  say "compiling ${module}/cmd/${name}@${version} (go install -p $jobs; minutes the first time)"
+  t=$SECONDS
+  rm -f "$stamp"
+  run_go_long "$root" "go install ${module}/cmd/${name}@${version}" \
+    env GOBIN="$bin" "$@" nice -n 10 go install -p "$jobs" -trimpath -ldflags "$ldflags" \
+    "${module}/cmd/${name}@${version}"
+  say "$name built in $((SECONDS - t)) s"
+  printf '%s\n' "$want" >"$stamp"
+  printf '  %-8s %s\n' "$name" "$(du -h "$bin/$name" | cut -f1)" >&2
+  say "done in $((SECONDS - started)) s: $bin"
+}

@@ -82,28 +82,16 @@ def device_classes(models: catalog.Catalog) -> list[dict[str, object]]:
     out = []
     for model in models:
         word = _word(model)
-        out.append(_class(model, word, f"{template} == '{WHOLE}'", whole_resource(model)))
-        for item in model.templates:
-            resource = template_resource(model, item)
-            out.append(
-                _class(
-                    model,
-                    class_name(resource, model).removesuffix(f".{DRIVER}"),
-                    f"{template} == '{item.name}'",
-                    resource,
-                )
-            )
+        served = [(whole_resource(model), f"{template} == '{WHOLE}'")]
+        served += [
+            (template_resource(model, t), f"{template} == '{t.name}'") for t in model.templates
+        ]
         for memory, names in sorted(tiers(model).items()):
             listed = ", ".join(f"'{n}'" for n in names)
-            resource = tier_resource(model, memory)
-            out.append(
-                _class(
-                    model,
-                    class_name(resource, model).removesuffix(f".{DRIVER}"),
-                    f"{template} in [{listed}]",
-                    resource,
-                )
-            )
+            served.append((tier_resource(model, memory), f"{template} in [{listed}]"))
+        for resource, select in served:
+            name = class_name(resource, model).removesuffix(f".{DRIVER}")
+            out.append(_class(model, name, select, resource))
         out.append(_class(model, f"{word}-vnpu", f"!({template} in ['{WHOLE}', '{SOFT}'])"))
         out.append(_class(model, f"{word}-soft", f"{template} == '{SOFT}'"))
     return out
