@@ -9,15 +9,18 @@ deleted and another created leaks no vNPU once it is back.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from vnpu_core import catalog
 from vnpu_sandbox.platform import layout, processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -167,3 +170,59 @@ def test_a_driver_killed_while_pods_come_and_go_leaks_no_vnpu(sandbox: Any) -> N
     finally:
         processes.stop([again])
         child.wait(timeout=30)
+
+
+def test_a_random_mix_of_template_pods_never_puts_a_chip_over_a_budget(sandbox: Any) -> None:
+    """200 pods pinned to random 310P3 templates on four chips: kube-scheduler allocates what
+    the counters allow, every allocated pod is prepared (the driver would refuse a vNPU the
+    chip has no room for) and no chip goes over its AI cores, AI CPUs, memory, media engines
+    or vNPU count."""
+    model = catalog.BUILTIN.by_common_word("Ascend310P")
+    assert model is not None
+    assert model.media is not None
+    chooser = random.Random(310)
+    pods = []
+    for i in range(200):
+        template = chooser.choice(model.templates)
+        pod = _pod(
+            f"mix-{i:03d}",
+            {
+                "huawei.com/Ascend310P": "1",
+                "huawei.com/Ascend310P-memory": str(template.memory_mib),
+            },
+        )
+        pod["metadata"]["annotations"] = {"vnpu.io/template": template.name}
+        pods.append(pod)
+    sandbox.apply(yaml.safe_dump_all(pods))
+
+    def settled() -> int | None:
+        listed = [p for n, p in sandbox.pods().items() if n.startswith("mix-")]
+        bound = [p for p in listed if p["spec"].get("nodeName")]
+        running = [p for p in bound if (p.get("status") or {}).get("phase") == "Running"]
+        return len(running) if len(listed) == 200 and bound and len(running) == len(bound) else None
+
+    first = sandbox.wait_for(
+        settled, "the bound mix pods running", timeout=180, explain=sandbox.describe_pods
+    )
+    time.sleep(
+        5
+    )  # kube-scheduler keeps trying the rest: nothing more may fit, and nothing else run
+    assert settled() == first
+    # Every bound pod runs: a vNPU the driver refused (no room on its chip) would hold its pod
+    # in ContainerCreating for good. (A first Prepare may fail while the API's node authorizer
+    # has not yet linked the new claim to the node; the kubelet retries it, as the real one does.)
+    per_chip: dict[int, list[catalog.Template]] = {}
+    for vnpu in sandbox.vnpus("duo"):
+        template = model.template(vnpu.template)
+        assert template is not None
+        per_chip.setdefault(vnpu.phy_id, []).append(template)
+    assert sum(len(t) for t in per_chip.values()) == first
+    for phy, held in per_chip.items():
+        assert len(held) <= model.max_vnpus, phy
+        assert sum(t.aicore for t in held) <= model.aicore, phy
+        assert sum(t.aicpu for t in held) <= model.aicpu, phy
+        assert sum(t.memory_mib for t in held) <= model.memory_capacity_mib, phy
+        for engine, cap in enumerate(model.media.as_tuple()):
+            assert sum((t.media or catalog.NO_MEDIA).as_tuple()[engine] for t in held) <= cap, phy
+    sandbox.ctl.run(["delete", "pod", *[p["metadata"]["name"] for p in pods], "--wait=false"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "the mix's vNPUs destroyed", timeout=120)
