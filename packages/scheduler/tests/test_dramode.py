@@ -120,3 +120,13 @@ def test_every_resource_the_webhook_writes_has_a_class_of_the_same_name() -> Non
     patch, _, denial = dramode.convert(pod["spec"], request)
     assert denial == ""
     assert {op["op"] for op in patch} == {"add", "remove"}
+
+
+def test_a_pod_sent_to_another_scheduler_is_left_as_written(dra: Any, make: Any) -> None:
+    pod = make.pod("elsewhere", "Ascend310P", 1, 4096)
+    pod["spec"]["schedulerName"] = "volcano"
+    reply = dra.post("mutate", _review(pod)).json()["response"]
+    assert reply["allowed"] is True
+    assert "patch" not in reply
+    (warning,) = reply["warnings"]
+    assert warning.startswith("spec.schedulerName is 'volcano'")

@@ -187,15 +187,15 @@ class Webhook:
         if request is None:
             return _warned(wire.admission_response(uid, True), said)
         spec = pod.get("spec") or {}
+        current = spec.get("schedulerName") or ""
+        if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
+            return _warned(wire.admission_response(uid, True), said)
         if self._dra:  # kube-scheduler allocates: no routing, the resources DRA serves
             renamed, rewritten, denial = dramode.convert(spec, request)
             if denial:
                 return wire.admission_response(uid, False, denial, code=400)
             reply = wire.admission_response(uid, True, patch=renamed)
             return _warned(reply, request.notes + rewritten + said)
-        current = spec.get("schedulerName") or ""
-        if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
-            return _warned(wire.admission_response(uid, True), said)
         patch: list[Json] = []
         if current != self._scheduler_name:
             patch.append(
