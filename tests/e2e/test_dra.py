@@ -130,3 +130,42 @@ def test_whole_chips_keep_the_resource_users_write(sandbox: Any) -> None:
     assert len(set(chips)) == 2, seen
     assert sandbox.vnpus("train") == []  # whole chips make no vNPU
     sandbox.ctl.run(["delete", "pod", "whole"])
+
+
+def test_the_duo_exporter_names_a_dra_vnpu_pod_and_its_template(sandbox: Any) -> None:
+    """The exporter reads PodResources' claim devices and the driver's claim ledger
+    (--dra-state-dir): the pod's vNPU shows as vnpu_allocation_info with its pod, template and
+    the vNPU id the driver recorded."""
+    sandbox.apply(
+        yaml.safe_dump(
+            _pod("watched", {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "4096"})
+        )
+    )
+    sandbox.wait_for(
+        lambda: _phase(sandbox, "watched") == "Running",
+        "the watched pod running",
+        explain=sandbox.describe_pods,
+    )
+    (vnpu,) = sandbox.vnpus("duo")
+
+    def exported() -> str | None:
+        for line in sandbox.metrics("duo").splitlines():
+            if line.startswith("vnpu_allocation_info{") and 'pod="watched"' in line:
+                return line
+        return None
+
+    line = sandbox.wait_for(exported, "the duo exporter to report the watched pod", 30)
+    for label, value in (
+        ("namespace", "default"),
+        ("container", "main"),
+        ("kind", "vnpu"),
+        ("template", vnpu.template),
+        ("vnpu", str(vnpu.vnpu_id)),
+        ("chip", str(vnpu.phy_id)),
+        ("attribution", "ledger"),
+    ):
+        assert f'{label}="{value}"' in line, line
+    assert line.rsplit(" ", 1)[1] in ("1", "1.0"), line
+
+    sandbox.ctl.run(["delete", "pod", "watched"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "the watched pod's vNPU destroyed")

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from vnpu_core import catalog, protocol
-from vnpu_exporter import collector, metrics, ownership, podresources, sampler, telemetry
+from vnpu_exporter import claims, collector, metrics, ownership, podresources, sampler, telemetry
 from vnpu_npu import backend
 from vnpu_npu.sim import backend as sim_backend
 from vnpu_service import kubeapi
@@ -135,11 +135,11 @@ class StaticPods:
 class StaticDevices:
     """``podresources.Source`` over a list the test edits."""
 
-    def __init__(self, items: list[podresources.ContainerDevices] | None = None) -> None:
+    def __init__(self, items: list[podresources.Assignment] | None = None) -> None:
         self.items = items if items is not None else []
         self.failure: Exception | None = None
 
-    def list(self) -> tuple[podresources.ContainerDevices, ...]:
+    def list(self) -> tuple[podresources.Assignment, ...]:
         if self.failure is not None:
             raise self.failure
         return tuple(self.items)
@@ -177,6 +177,7 @@ class Exporter:
     ledger: StaticLedger | None = None
     compat: bool = False
     clock: Clock = field(default_factory=Clock)
+    claim_ledger: claims.Source | None = None  # the DRA driver's (claims.ClaimLedgerFile)
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -188,6 +189,7 @@ class Exporter:
             pod_source=self.pods,
             pod_resources=self.devices,
             ledger_source=self.ledger,
+            claim_source=self.claim_ledger,
             clock=self.clock,
         )
         simulated = isinstance(self.npu, sim_backend.SimBackend)

@@ -18,10 +18,22 @@ import pytest
 import yaml
 from structlog import testing
 
-from vnpu_exporter import errors, kubelet, metrics, ownership, podresources, pods, sampler
+from vnpu_core import draclasses
+from vnpu_exporter import (
+    claims,
+    errors,
+    kubelet,
+    metrics,
+    ownership,
+    podresources,
+    pods,
+    sampler,
+)
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from vnpu_npu import ledger as npu_ledger
 from vnpu_service import kubeapi
+
+MIB = 1024 * 1024
 
 
 @pytest.fixture
@@ -374,3 +386,254 @@ def test_a_source_that_answered_once_is_warned_about_at_once(kit: Any, node310: 
         exp.refresh()
     (warned,) = [e for e in logged if e["event"] == "read_failed"]
     assert warned["group"] == "pod_resources"
+
+
+# -- DRA mode: PodResources' dynamic_resources and the DRA driver's claim ledger --------------
+
+
+def _claim_resource(device: str, uid: str, driver: str = draclasses.DRIVER) -> Any:
+    """One allocated device as the kubelet lists it, with the CDI id the driver gave it."""
+    return api_pb2.ClaimResource(
+        cdi_devices=[api_pb2.CDIDevice(name=f"{draclasses.CDI_KIND}={uid}-{device}")],
+        driver_name=driver,
+        pool_name="npu-node-1",
+        device_name=device,
+    )
+
+
+def _claimed(name: str, claim: str, uid: str, *devices: str, containers: Any = ("main",)) -> Any:
+    """A pod in namespace ml whose ``containers`` all hold ``devices`` through one claim."""
+    dynamic = api_pb2.DynamicResource(
+        claim_name=claim,
+        claim_namespace="ml",
+        claim_resources=[_claim_resource(d, uid) for d in devices],
+    )
+    return api_pb2.PodResources(
+        name=name,
+        namespace="ml",
+        containers=[
+            api_pb2.ContainerResources(name=c, dynamic_resources=[dynamic]) for c in containers
+        ],
+    )
+
+
+def _claim_record(**overrides: Any) -> dict[str, Any]:
+    """A record as vnpu_dra_driver.ledger writes it (every field the driver keeps)."""
+    record = {
+        "claim_uid": "uid-a", "namespace": "ml", "claim": "infer-a-npu", "request": "npu",
+        "device": "chip-0-vir02-0", "chip": 0, "chip_uuid": "U0", "vnpu_id": 100,
+        "template": "vir02", "state": "owned", "created_at": 1.5,
+    }  # fmt: skip
+    record.update(overrides)
+    return record
+
+
+def _write_claims(directory: Path, *records: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {"format": claims.FORMAT, "records": list(records)}
+    (directory / claims.FILE).write_text(json.dumps(document))
+    return directory
+
+
+def test_pod_resources_keeps_npu_vnpu_io_claim_devices_after_the_classic_ones(
+    fake_kubelet: Any,
+) -> None:
+    socket_path, servicer = fake_kubelet
+    classic = api_pb2.ContainerDevices(resource_name="huawei.com/Ascend310P", device_ids=["U1-0"])
+    gpu = api_pb2.DynamicResource(
+        claim_name="gpu",
+        claim_namespace="ml",
+        claim_resources=[_claim_resource("gpu-0", "uid-g", driver="gpu.example.com")],
+    )
+    mixed = api_pb2.PodResources(
+        name="mixed",
+        namespace="ml",
+        containers=[
+            api_pb2.ContainerResources(name="main", devices=[classic], dynamic_resources=[gpu])
+        ],
+    )
+    servicer.answer = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            mixed,
+            _claimed("pair", "pair-npu", "uid-p", "chip-2-vir04-0", containers=("a", "b")),
+        ]
+    )
+    client = kubelet.PodResourcesClient(socket_path, timeout=5)
+    try:
+        found = client.list()
+    finally:
+        client.close()
+    assert found == (
+        podresources.ContainerDevices("ml", "mixed", "main", "huawei.com/Ascend310P", ("U1-0",)),
+        *(
+            podresources.ClaimDevice(
+                "ml",
+                "pair",
+                container,
+                "ml",
+                "pair-npu",
+                "npu-node-1",
+                "chip-2-vir04-0",
+                ("npu.vnpu.io/claim=uid-p-chip-2-vir04-0",),
+            )
+            for container in ("a", "b")
+        ),
+    )
+    claim = found[1]
+    assert isinstance(claim, podresources.ClaimDevice)
+    assert claim.claim_uid == "uid-p"
+
+
+def test_claim_ledger_file_reads_the_dra_drivers_records(tmp_path: Path) -> None:
+    _write_claims(
+        tmp_path,
+        _claim_record(),
+        _claim_record(device="chip-0-vir02-1", vnpu_id=101, state="intent"),
+        _claim_record(chip="zero"),  # broken: skipped and counted
+        _claim_record(state="gone"),
+        _claim_record(claim=""),  # names no claim device
+        "junk",
+    )
+    found = claims.ClaimLedgerFile(tmp_path).read()
+    assert found.records == (
+        claims.Record("uid-a", "ml", "infer-a-npu", "chip-0-vir02-0", 0, 100, "vir02"),
+        claims.Record("uid-a", "ml", "infer-a-npu", "chip-0-vir02-1", 0, 101, "vir02"),
+    )
+    assert found.skipped == 4
+    assert claims.ClaimLedgerFile(tmp_path / "fresh-node").read() == claims.Ledger(())
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not JSON"),
+        (json.dumps({"format": ownership.FORMAT, "records": []}), "format is 'vnpu-device-plugin"),
+        (json.dumps({"format": claims.FORMAT, "records": {}}), "records is not a list"),
+    ],
+)
+def test_an_unusable_claim_ledger_is_a_ledger_error(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / claims.FILE).write_text(text)
+    with pytest.raises(errors.LedgerError) as caught:
+        claims.ClaimLedgerFile(tmp_path).read()
+    assert problem in str(caught.value)
+    assert str(tmp_path / claims.FILE) in str(caught.value)
+
+
+def test_dra_allocations_name_the_pod_container_template_and_vnpu(
+    kit: Any, node310: Any, fake_kubelet: Any, tmp_path: Path
+) -> None:
+    """Two vir02 on chip 0 (matching alone could not tell them apart), a whole chip 1 and a
+    vir04 on chip 2 that one claim shares between two containers: the claim ledger names each
+    vNPU, PodResources each pod and container."""
+    socket_path, servicer = fake_kubelet
+    c = node310.chips()
+    first, second = node310.create_vnpu(0, "vir02"), node310.create_vnpu(0, "vir02")
+    shared = node310.create_vnpu(2, "vir04")
+    servicer.answer = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            _claimed("infer-a", "infer-a-npu", "uid-a", "chip-0-vir02-0"),
+            _claimed("infer-b", "infer-b-npu", "uid-b", "chip-0-vir02-1"),
+            _claimed("train", "train-npu", "uid-t", "chip-1-whole"),
+            _claimed("pair", "pair-npu", "uid-p", "chip-2-vir04-0", containers=("a", "b")),
+        ]
+    )
+    state_dir = _write_claims(
+        tmp_path / "dra-driver",
+        _claim_record(vnpu_id=second),  # infer-a got the second vNPU made on the chip
+        _claim_record(claim_uid="uid-old", vnpu_id=first),  # a claim of the same name, gone
+        _claim_record(
+            claim_uid="uid-b", claim="infer-b-npu", device="chip-0-vir02-1", vnpu_id=first
+        ),
+        _claim_record(
+            claim_uid="uid-p",
+            claim="pair-npu",
+            device="chip-2-vir04-0",
+            chip=2,
+            vnpu_id=shared,
+            template="vir04",
+        ),
+    )
+    client = kubelet.PodResourcesClient(socket_path, timeout=5)
+    try:
+        exp = kit.Exporter(
+            node310,
+            kit.StaticPods([]),
+            client,
+            claim_ledger=claims.ClaimLedgerFile(state_dir),
+        ).refresh()
+    finally:
+        client.close()
+    held = {
+        (s["pod"], s["container"]): (
+            s["chip"],
+            s["kind"],
+            s["template"],
+            s["vnpu"],
+            s["attribution"],
+        )
+        for s, _ in exp.samples("vnpu_allocation_info")
+    }
+    assert held == {
+        ("infer-a", "main"): ("0", "vnpu", "vir02", str(second), "ledger"),
+        ("infer-b", "main"): ("0", "vnpu", "vir02", str(first), "ledger"),
+        ("train", "main"): ("1", "whole", "", "", "none"),
+        ("pair", "a"): ("2", "vnpu", "vir04", str(shared), "ledger"),
+        ("pair", "b"): ("2", "vnpu", "vir04", str(shared), "ledger"),
+    }
+    assert {s["namespace"] for s, _ in exp.samples("vnpu_allocation_info")} == {"ml"}
+    chip0, chip1, chip2 = (kit.chip_labels(chip) for chip in c[:3])
+    assert exp.value("vnpu_chip_allocated_memory_bytes", **chip0) == 2 * 6144 * MIB
+    assert exp.value("vnpu_chip_allocated_aicores", **chip0) == 4
+    assert exp.value("vnpu_chip_unowned_vnpus", **chip0, template="vir02") == 0
+    assert exp.value("vnpu_chip_allocated_memory_bytes", **chip1) == c[1].memory_mib * MIB
+    assert exp.value("vnpu_chip_allocated_ratio", **chip1) == 1
+    assert exp.value("vnpu_chip_allocations", **chip1, kind="whole") == 1
+    # the shared claim is held once on its chip
+    assert exp.value("vnpu_chip_allocated_memory_bytes", **chip2) == 12288 * MIB
+    assert exp.value("vnpu_chip_allocations", **chip2, kind="vnpu") == 1
+    assert exp.value("vnpu_chip_unowned_vnpus", **chip2, template="vir04") == 0
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 0
+
+
+def test_without_the_claim_ledger_dra_vnpus_are_matched_on_the_chip(
+    kit: Any, node310: Any, tmp_path: Path
+) -> None:
+    """No claims.json yet (the driver not started): neither an error nor a guess."""
+    node310.create_vnpu(0, "vir02")
+    node310.create_vnpu(0, "vir02")
+    alone = node310.create_vnpu(1, "vir04")
+
+    def device(pod: str, name: str) -> podresources.ClaimDevice:
+        return podresources.ClaimDevice("ml", pod, "main", "ml", f"{pod}-npu", "npu-node-1", name)
+
+    devices = kit.StaticDevices(
+        [
+            device("a", "chip-0-vir02-0"),
+            device("b", "chip-0-vir02-1"),
+            device("c", "chip-1-vir04-0"),
+        ]
+    )
+    exp = kit.Exporter(
+        node310,
+        kit.StaticPods([]),
+        devices,
+        claim_ledger=claims.ClaimLedgerFile(tmp_path / "not-yet"),
+    ).refresh()
+    held = {s["pod"]: (s["vnpu"], s["attribution"]) for s, _ in exp.samples("vnpu_allocation_info")}
+    assert held == {"a": ("", "ambiguous"), "b": ("", "ambiguous"), "c": (str(alone), "unique")}
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 0
+    assert exp.sampler.snapshot().claims == ()
+    assert exp.sampler.snapshot().ownership is None  # no device plugin ledger configured
+
+
+def test_sampler_counts_claim_ledger_problems(kit: Any, node310: Any, tmp_path: Path) -> None:
+    _write_claims(tmp_path, _claim_record(), _claim_record(vnpu_id="x"))
+    exp = kit.Exporter(node310, claim_ledger=claims.ClaimLedgerFile(tmp_path)).refresh()
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 1
+    assert len(exp.sampler.snapshot().claims or ()) == 1
+    (tmp_path / claims.FILE).write_text("{not json")
+    exp.refresh()
+    assert exp.errors(metrics.Group.OWNERSHIP, metrics.ErrorReason.LEDGER) == 2
+    assert exp.sampler.snapshot().claims is None

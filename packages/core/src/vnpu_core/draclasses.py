@@ -16,11 +16,76 @@ same names from the device config; tests/helm checks that they agree. Pure.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
 from vnpu_core import catalog
 
 DRIVER = "npu.vnpu.io"
 WHOLE = "whole"
 SOFT = "soft"
+CDI_KIND = f"{DRIVER}/claim"
+"""The CDI kind of the driver's devices: ``npu.vnpu.io/claim=<claim uid>-<device>``."""
+
+Kind = Literal["whole", "template", "soft"]
+_DEVICE = re.compile(r"chip-(0|[1-9][0-9]*)-([a-z0-9-]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What a device name of the driver stands for: chip ``phy`` whole, placement ``number``
+    of a template (``dashed``: its name with dashes, ``vir05-1c-16g``), or a soft slice."""
+
+    phy: int
+    kind: Kind
+    dashed: str = ""
+    number: int = 0
+
+    def template(self, model: catalog.ChipModel) -> catalog.Template | None:
+        """The template of ``model`` this device is a placement of (None: not one of its)."""
+        return next((t for t in model.templates if _dashed(t.name) == self.dashed), None)
+
+
+def _dashed(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def device_name(phy: int, kind: str, number: int | None = None) -> str:
+    """A DNS-label device name: ``chip-0-whole``, ``chip-0-vir05-1c-16g-2``, ``chip-0-soft``."""
+    base = f"chip-{phy}-{_dashed(kind)}"
+    return base if number is None else f"{base}-{number}"
+
+
+def parse_device(name: str) -> Device | None:
+    """What a device name of the driver says; None when it is not one (the grammar only: the
+    chip and the template are for the reader to check against its node and model)."""
+    matched = _DEVICE.fullmatch(name)
+    if matched is None:
+        return None
+    phy, rest = int(matched.group(1)), matched.group(2)
+    if rest in (WHOLE, SOFT):
+        return Device(phy, "whole" if rest == WHOLE else "soft")
+    dashed, _sep, number = rest.rpartition("-")
+    if not dashed or not number.isdigit():
+        return None
+    return Device(phy, "template", dashed, int(number))
+
+
+def cdi_id(claim_uid: str, device: str) -> str:
+    """The fully qualified CDI device name of ``device`` in a claim's spec."""
+    return f"{CDI_KIND}={claim_uid}-{device}"
+
+
+def claim_uid(cdi_ids: Iterable[str], device: str) -> str | None:
+    """The claim UID in the driver's CDI device ids of ``device``; None when none carries one."""
+    suffix = f"-{device}"
+    for given in cdi_ids:
+        kind, sep, name = given.partition("=")
+        if sep and kind == CDI_KIND and name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
 
 
 def _word(model: catalog.ChipModel) -> str:
@@ -28,7 +93,7 @@ def _word(model: catalog.ChipModel) -> str:
 
 
 def _template(template: catalog.Template) -> str:
-    return template.name.replace("_", "-")
+    return _dashed(template.name)
 
 
 def whole_resource(model: catalog.ChipModel) -> str:

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vnpu_core import draclasses
 from vnpu_dra_driver import devices, slices
 
 Json = dict[str, Any]
 VERSION = "0.6.0"
-KIND = f"{slices.DRIVER}/claim"
+KIND = draclasses.CDI_KIND
 PREFIX = f"{slices.DRIVER}-"
 CLAIM_ANNOTATION = f"{slices.DRIVER}/claim"
 UID_ANNOTATION = f"{slices.DRIVER}/claim-uid"
@@ -78,7 +79,7 @@ def device_name(claim_uid: str, device: str) -> str:
 
 def device_id(claim_uid: str, device: str) -> str:
     """The fully qualified CDI device name the kubelet passes to the runtime."""
-    return f"{KIND}={device_name(claim_uid, device)}"
+    return draclasses.cdi_id(claim_uid, device)
 
 
 def path(cdi_dir: Path, claim_uid: str) -> Path:

@@ -11,16 +11,13 @@ and the device. Pure: no I/O.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Literal
 
-from vnpu_core import catalog
+from vnpu_core import catalog, draclasses
 from vnpu_dra_driver import errors, slices
 
-Kind = Literal["whole", "template", "soft"]
-_NAME = re.compile(r"chip-(0|[1-9][0-9]*)-([a-z0-9-]+)")
+Kind = draclasses.Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,29 +33,24 @@ class Target:
 def target(claim: str, device: str, phys: Collection[int], model: catalog.ChipModel) -> Target:
     """The ``Target`` of ``device`` (allocated to ``claim``, ``namespace/name``) on a node whose
     chips are ``phys`` of ``model``; ``errors.DeviceError`` when this node has no such device."""
-    matched = _NAME.fullmatch(device)
-    if matched is None:
+    named = draclasses.parse_device(device)
+    if named is None:
         raise errors.DeviceError(claim, device, "not a device name of this driver")
-    phy, rest = int(matched.group(1)), matched.group(2)
-    if phy not in phys:
-        raise errors.DeviceError(claim, device, f"this node has no chip {phy}")
-    if rest == slices.WHOLE:
-        return Target(device, phy, "whole")
-    if rest == slices.SOFT:
-        return Target(device, phy, "soft")
-    dashed, _sep, number = rest.rpartition("-")
-    if not dashed or not number.isdigit():
-        raise errors.DeviceError(claim, device, "not a device name of this driver")
-    for template in model.templates:
-        if template.name.lower().replace("_", "-") != dashed:
-            continue
-        count = slices.placements(model, template)
-        if int(number) >= count:
-            raise errors.DeviceError(
-                claim, device, f"chip {phy} has {count} placements of {template.name}, not {number}"
-            )
-        return Target(device, phy, "template", template.name)
-    known = ", ".join(t.name for t in model.templates) or "none"
-    raise errors.DeviceError(
-        claim, device, f"{model.name} has no template {dashed!r} (its templates: {known})"
-    )
+    if named.phy not in phys:
+        raise errors.DeviceError(claim, device, f"this node has no chip {named.phy}")
+    if named.kind != "template":
+        return Target(device, named.phy, named.kind)
+    template = named.template(model)
+    if template is None:
+        known = ", ".join(t.name for t in model.templates) or "none"
+        raise errors.DeviceError(
+            claim, device, f"{model.name} has no template {named.dashed!r} (its templates: {known})"
+        )
+    count = slices.placements(model, template)
+    if named.number >= count:
+        raise errors.DeviceError(
+            claim,
+            device,
+            f"chip {named.phy} has {count} placements of {template.name}, not {named.number}",
+        )
+    return Target(device, named.phy, "template", template.name)

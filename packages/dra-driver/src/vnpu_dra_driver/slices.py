@@ -33,14 +33,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vnpu_core import catalog, topology
+from vnpu_core import catalog, draclasses, topology
 from vnpu_dra_driver import errors
 from vnpu_npu import backend, faults
 
 Json = dict[str, Any]
 HEALTHY = backend.ChipHealth(backend.Health.OK)
 
-DRIVER = "npu.vnpu.io"
+DRIVER = draclasses.DRIVER
 API_VERSION = "resource.k8s.io/v1"
 MAX_COUNTER_SETS = 8  # resource/v1 ResourceSliceMaxCounterSets
 MAX_DEVICES = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures (counters, taints)
@@ -52,8 +52,8 @@ LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 SLOTS = "vnpus"
 MEMORY = "memory"
 MEDIA_COUNTERS = ("vpc", "vdec", "jpegd", "jpege", "venc")  # pngd has no budget on any model
-WHOLE = "whole"
-SOFT = "soft"
+WHOLE = draclasses.WHOLE
+SOFT = draclasses.SOFT
 
 # The attribute naming a chip's group in each server layout; a PCIe server has no groups.
 GROUP_ATTRIBUTE: Mapping[topology.ServerKind, str] = {
@@ -138,9 +138,8 @@ def counter_set_name(chip: backend.ChipInfo) -> str:
 
 
 def device_name(chip: backend.ChipInfo, kind: str, number: int | None = None) -> str:
-    """A DNS-label device name: ``chip-0-whole``, ``chip-0-vir05-1c-16g-2``, ``chip-0-soft``."""
-    base = f"chip-{chip.phy_id}-{kind.lower().replace('_', '-')}"
-    return base if number is None else f"{base}-{number}"
+    """``draclasses.device_name`` of the chip: ``chip-0-whole``, ``chip-0-vir05-1c-16g-2``."""
+    return draclasses.device_name(chip.phy_id, kind, number)
 
 
 def slice_name(node: str, kind: str, number: int) -> str:

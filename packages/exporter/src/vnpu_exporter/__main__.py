@@ -18,6 +18,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from vnpu_exporter import (
+    claims,
     collector,
     errors,
     kubelet,
@@ -61,6 +62,7 @@ def build(
         if config.device_plugin_state_dir
         else None
     )
+    claim_ledger = claims.ClaimLedgerFile(config.dra_state_dir) if config.dra_state_dir else None
     registry = CollectorRegistry()
     instruments = telemetry.Telemetry(registry)
     reader = sampler.Sampler(
@@ -70,6 +72,7 @@ def build(
         pod_source=pod_source,
         pod_resources=resources,
         ledger_source=ledger,
+        claim_source=claim_ledger,
         intervals=config.intervals,
         stale_factor=config.stale_factor,
     )

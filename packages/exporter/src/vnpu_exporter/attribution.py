@@ -15,6 +15,14 @@ most trusted first:
    under Huawei-style device ids (``Ascend910-3``: physical chip 3) hold those chips whole.
    HAMi-style ids (``<UUID>-<n>``) name slots, not what the slot holds: such a container
    without annotations is not reported.
+5. **PodResources, DRA mode** (``podresources.ClaimDevice``): each ``npu.vnpu.io`` device a
+   container holds through a ResourceClaim is one allocation of that container; its name
+   says the chip and kind (``vnpu_core.draclasses.parse_device``), and for a template device the DRA driver's claim
+   ledger (``claims``) the vNPU id, checked against the driver's vNPUs as the device plugin's
+   ledger is (``ledger``; otherwise matching on the chip, as 3.). A claim shared by several
+   containers is one allocation of each, but held once on its chip (``usage``, ``unowned``,
+   ``Allocation.claim``). A soft slice's size is in the claim's allocation, which
+   PodResources does not carry: it holds 0 MiB and 0 cores here.
 
 A vNPU the driver has that no allocation accounts for is *unowned* (leaked, or not yet
 reclaimed). When the pods are unknown (the API failed), nothing here is computed: no
@@ -28,8 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vnpu_core import catalog, errors, inventory, ledger, protocol
-from vnpu_exporter import metrics, ownership, podresources
+from vnpu_core import catalog, draclasses, errors, inventory, ledger, protocol
+from vnpu_exporter import claims, metrics, ownership, podresources
 from vnpu_npu import backend
 
 Kind = metrics.AllocationKind
@@ -59,6 +67,7 @@ class Allocation:
     chip_aicores: int
     vnpu_id: int | None = None
     attribution: metrics.Attribution = How.NOT_APPLICABLE
+    claim: str = ""  # DRA mode: "<namespace>/<claim>/<device>", what is held; "" otherwise
 
     @property
     def share(self) -> float:
@@ -217,6 +226,98 @@ def _kubelet_allocations(
     return found
 
 
+def distinct(allocations: Iterable[Allocation]) -> list[Allocation]:
+    """``allocations`` with each DRA claim device once: a claim shared by several containers is
+    one allocation of each, but what it holds on its chip is held once."""
+    seen: set[str] = set()
+    kept: list[Allocation] = []
+    for item in allocations:
+        if item.claim:
+            if item.claim in seen:
+                continue
+            seen.add(item.claim)
+        kept.append(item)
+    return kept
+
+
+def _claim_record(
+    item: podresources.ClaimDevice, book: Mapping[tuple[str, str, str], list[claims.Record]]
+) -> claims.Record | None:
+    """The claim ledger's record of ``item``'s device: of the claim's UID when the CDI ids say
+    it (a claim deleted and made again under its name has a new one); None unless only one."""
+    found = book.get((item.claim_namespace, item.claim, item.device), [])
+    uid = item.claim_uid
+    if uid is not None:
+        found = [r for r in found if r.claim_uid == uid]
+    return found[0] if len(found) == 1 else None
+
+
+def _claim_allocations(
+    items: Iterable[podresources.ClaimDevice],
+    by_phy: Mapping[int, backend.ChipInfo],
+    models: catalog.Catalog,
+    records: Iterable[claims.Record],
+) -> list[Allocation]:
+    """One allocation per container and ``npu.vnpu.io`` device; devices of chips this node
+    does not have, or names the driver does not publish for the chip's model, are left out."""
+    book: dict[tuple[str, str, str], list[claims.Record]] = defaultdict(list)
+    for entry in records:
+        book[(entry.namespace, entry.claim, entry.device)].append(entry)
+    found: list[Allocation] = []
+    for item in items:
+        device = draclasses.parse_device(item.device)
+        chip = by_phy.get(device.phy) if device is not None else None
+        model = model_of(chip, models) if chip is not None else None
+        if chip is None or model is None or device is None:
+            continue
+        template = device.template(model)
+        if device.kind == "template" and template is None:
+            continue  # a name the driver does not publish for this model
+        owner = Owner(item.namespace, item.pod, item.container)
+        base = Allocation(
+            owner,
+            chip.uuid,
+            chip.phy_id,
+            model,
+            Kind.WHOLE,
+            "",
+            chip.memory_mib,
+            chip.aicore,
+            chip.aicore,
+            claim=f"{item.claim_namespace}/{item.claim}/{item.device}",
+        )
+        if device.kind == "whole":
+            found.append(base)
+        elif device.kind == "soft":
+            found.append(replace(base, kind=Kind.SOFT, memory_mib=0, aicores=0.0))
+        elif template is not None:
+            record = _claim_record(item, book)
+            vnpu_id = None
+            if record is not None and (record.chip, record.template) == (device.phy, template.name):
+                vnpu_id = record.vnpu_id  # checked against the driver's vNPUs in _match_vnpus
+            found.append(
+                replace(
+                    base,
+                    kind=Kind.VNPU,
+                    template=template.name,
+                    memory_mib=template.memory_mib,
+                    aicores=template.aicore,
+                    vnpu_id=vnpu_id,
+                    attribution=How.LEDGER if vnpu_id is not None else How.MISSING,
+                )
+            )
+    return found
+
+
+def _claim_usage(item: Allocation) -> inventory.ChipUsage:
+    """What one DRA allocation holds on its chip, as the scheduler would count it."""
+    if item.kind is Kind.WHOLE:
+        return inventory.ChipUsage(memory_mib=item.memory_mib, exclusive=True)
+    if item.kind is Kind.SOFT:
+        return inventory.soft_usage(item.memory_mib, 0, exclusive=False)
+    return inventory.template_usage(ledger.template_from_name(item.model, item.template))
+
+
 def _match_vnpus(
     allocations: list[Allocation],
     vnpus: Mapping[int, tuple[backend.VnpuInfo, ...]],
@@ -233,9 +334,14 @@ def _match_vnpus(
     for index, item in enumerate(allocations):
         if item.kind is not Kind.VNPU or item.phy is None or item.phy not in vnpus:
             unknown = item.kind is Kind.VNPU
-            matched.append(replace(item, attribution=How.UNKNOWN) if unknown else item)
+            matched.append(
+                replace(item, vnpu_id=None, attribution=How.UNKNOWN) if unknown else item
+            )
             continue
-        vnpu_id = by_owner.get((item.phy, item.template, item.owner))
+        # A DRA allocation comes with the claim ledger's vNPU id; a classic one looks it up.
+        vnpu_id = item.vnpu_id
+        if vnpu_id is None:
+            vnpu_id = by_owner.get((item.phy, item.template, item.owner))
         found = existing.get((item.phy, vnpu_id)) if vnpu_id is not None else None
         if found is not None and found.template == item.template:
             taken.add((item.phy, found.vnpu_id))
@@ -262,7 +368,9 @@ def _match_vnpus(
             vnpu_id = chosen.vnpu_id if chosen is not None else None
             matched[index] = replace(matched[index], vnpu_id=vnpu_id, attribution=how)
     held = Counter(
-        (a.phy, a.template) for a in allocations if a.kind is Kind.VNPU and a.phy is not None
+        (a.phy, a.template)
+        for a in distinct(allocations)
+        if a.kind is Kind.VNPU and a.phy is not None
     )
     present = Counter((v.phy_id, v.template) for v in existing.values())
     unowned = {key: max(0, count - held.get(key, 0)) for key, count in present.items()}
@@ -316,12 +424,16 @@ def attribute(
     chips: Sequence[backend.ChipInfo],
     vnpus: Mapping[int, tuple[backend.VnpuInfo, ...]],
     pods: Sequence[Json] | None,
-    devices: Sequence[podresources.ContainerDevices] | None,
+    devices: Sequence[podresources.Assignment] | None,
     owners: Sequence[ownership.Record] = (),
     models: catalog.Catalog = catalog.BUILTIN,
     memo: PodMemo | None = None,
+    claim_records: Sequence[claims.Record] = (),
 ) -> Result:
     """Everything held on ``node``'s chips; ``UNKNOWN`` when the pods are unknown.
+
+    ``devices`` are PodResources' (classic and DRA), ``owners`` the device plugin's ledger and
+    ``claim_records`` the DRA driver's claim ledger.
 
     Usage per chip is added up exactly as ``vnpu_core.ledger.node_usage`` does (the same
     ``pod_usage`` per pod), pod by pod so that ``memo`` can skip unchanged pods.
@@ -351,10 +463,17 @@ def attribute(
             annotated.add(ident)
             allocations += reading.allocations
     memo.forget_all_but(seen)
-    for item in _kubelet_allocations(devices or (), annotated, by_phy, models):
+    listed = devices or ()
+    classic = [d for d in listed if isinstance(d, podresources.ContainerDevices)]
+    for item in _kubelet_allocations(classic, annotated, by_phy, models):
         allocations.append(item)
         usage[item.chip_uuid] = usage.get(item.chip_uuid, inventory.IDLE).plus(
             inventory.ChipUsage(memory_mib=item.memory_mib, exclusive=True)
         )
+    claimed = [d for d in listed if isinstance(d, podresources.ClaimDevice)]
+    dra = _claim_allocations(claimed, by_phy, models, claim_records)
+    allocations += dra
+    for item in distinct(dra):
+        usage[item.chip_uuid] = usage.get(item.chip_uuid, inventory.IDLE).plus(_claim_usage(item))
     matched, unowned = _match_vnpus(allocations, vnpus, owners)
     return Result(tuple(matched), usage, unowned, tuple(problems))

@@ -91,7 +91,15 @@ class NodeCollector(Collector):
 
     def _attribute_locked(self, snapshot: sampler.Snapshot) -> attribution.Result:
         owners = snapshot.ownership or ()
-        inputs = (snapshot.chips, snapshot.vnpus, snapshot.pods, snapshot.pod_resources, owners)
+        claim_records = snapshot.claims or ()
+        inputs = (
+            snapshot.chips,
+            snapshot.vnpus,
+            snapshot.pods,
+            snapshot.pod_resources,
+            owners,
+            claim_records,
+        )
         if self._memo is not None and all(
             a is b for a, b in zip(self._memo[0], inputs, strict=True)
         ):
@@ -105,6 +113,7 @@ class NodeCollector(Collector):
             owners,
             self.models,
             self._pods,
+            claim_records,
         )
         self._memo = (inputs, result)
         return result
@@ -184,6 +193,7 @@ class NodeCollector(Collector):
                     out.add(metrics.CHIP_UNOWNED_VNPUS, [*labels, name], unowned)
         if not known:
             return
+        held = attribution.distinct(held)  # a claim shared by containers is held once
         for kind in Kind:
             out.add(
                 metrics.CHIP_ALLOCATIONS, [*labels, kind.value], sum(a.kind is kind for a in held)

@@ -8,7 +8,8 @@ the exporter's other sources translate everything else at their boundary into th
     ├── SettingsError       a flag, environment value or kubeconfig is invalid (field, value)
     └── SourceError         a data source failed (source, problem); retryable
         ├── PodResourcesError  the kubelet's PodResources socket failed (code)
-        └── LedgerError     the device plugin's ownership ledger is unreadable (path)
+        └── LedgerError     the device plugin's ownership ledger or the DRA driver's claim
+                            ledger is unreadable (path)
 
 ``sampler`` counts every failed read in ``vnpu_exporter_read_errors_total`` and leaves its
 values out of the next scrapes; nothing here stops the service once it runs. Only
@@ -58,7 +59,8 @@ class PodResourcesError(SourceError):
 
 
 class LedgerError(SourceError):
-    """The device plugin's ownership ledger at ``path`` cannot be read."""
+    """The ledger at ``path`` (the device plugin's ownership ledger, or the DRA driver's claim
+    ledger) cannot be read."""
 
     def __init__(self, path: str, problem: str) -> None:
         self.path = path

@@ -26,7 +26,7 @@ class PodResourcesClient:
         self._channel = grpc.insecure_channel(f"unix://{socket_path}")
         self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
 
-    def list(self) -> tuple[podresources.ContainerDevices, ...]:
+    def list(self) -> tuple[podresources.Assignment, ...]:
         try:
             response = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
         except grpc.RpcError as exc:

@@ -39,7 +39,7 @@ class Group(StrEnum):
     VNPUS = "vnpus"  # the driver's vNPUs and their activity
     PODS = "pods"  # the pods bound to this node (Kubernetes API)
     POD_RESOURCES = "pod_resources"  # the kubelet's device assignments (PodResources List)
-    OWNERSHIP = "ownership"  # the device plugin's vNPU ownership ledger
+    OWNERSHIP = "ownership"  # the device plugin's ownership ledger, the DRA driver's claim ledger
 
 
 class ErrorReason(StrEnum):
@@ -52,7 +52,7 @@ class ErrorReason(StrEnum):
     SIMULATION = "sim_error"  # the simulated node's files are unusable
     API = "api_error"  # the Kubernetes API refused or did not answer
     RPC = "rpc_error"  # the kubelet's PodResources socket refused or did not answer
-    LEDGER = "ledger_error"  # the device plugin's ownership ledger is unreadable (or a record)
+    LEDGER = "ledger_error"  # an ownership or claim ledger is unreadable (or a record)
     BAD_ANNOTATION = "bad_annotation"  # a pod's vnpu annotations could not be read
     STALE = "stale"  # a group did not finish a refresh in time; its values were dropped
     UNEXPECTED = "unexpected"  # a bug: logged with its traceback
@@ -70,7 +70,7 @@ class Attribution(StrEnum):
     """How an allocation was tied to a driver vNPU (``vnpu_allocation_info{attribution}``)."""
 
     NOT_APPLICABLE = "none"  # whole chips and soft slices have no vNPU
-    LEDGER = "ledger"  # the device plugin's ownership ledger names the vNPU
+    LEDGER = "ledger"  # the device plugin's ownership ledger or the DRA claim ledger names it
     UNIQUE = "unique"  # the only allocation and the only vNPU of its template on the chip
     AMBIGUOUS = "ambiguous"  # several of one template on the chip: which vNPU is whose is unknown
     MISSING = "missing"  # no vNPU of the template on the chip (not created yet, or destroyed)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import structlog
 
 from vnpu_core import catalog, ledger
-from vnpu_exporter import errors, metrics, ownership, podresources, pods, telemetry
+from vnpu_exporter import claims, errors, metrics, ownership, podresources, pods, telemetry
 from vnpu_npu import backend
 from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
@@ -71,8 +71,17 @@ class Snapshot:
     vnpus: Mapping[int, tuple[backend.VnpuInfo, ...]] = field(default_factory=dict)
     vnpu_usage: Mapping[int, backend.VnpuUsage] = field(default_factory=dict)  # by vNPU id
     pods: tuple[Json, ...] | None = None  # None: unknown (API failed or not configured)
-    pod_resources: tuple[podresources.ContainerDevices, ...] | None = None
+    pod_resources: tuple[podresources.Assignment, ...] | None = None
     ownership: tuple[ownership.Record, ...] | None = None  # None: no ledger, or unreadable
+    claims: tuple[claims.Record, ...] | None = None  # the DRA driver's; None: none, or unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class Ledgers:
+    """One refresh of the ``ownership`` group: each ledger configured (None: not configured)."""
+
+    owners: tuple[ownership.Record, ...] | None = None
+    claims: tuple[claims.Record, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,7 @@ class Sampler:
         pod_source: pods.Source | None = None,
         pod_resources: podresources.Source | None = None,
         ledger_source: ownership.Source | None = None,
+        claim_source: claims.Source | None = None,
         models: catalog.Catalog = catalog.BUILTIN,
         intervals: Mapping[Group, float] = DEFAULT_INTERVALS,
         stale_factor: float = 3.0,
@@ -127,6 +137,7 @@ class Sampler:
         self.pod_source = pod_source
         self.pod_resources = pod_resources
         self.ledger_source = ledger_source
+        self.claim_source = claim_source
         self.models = models
         self.intervals = {**DEFAULT_INTERVALS, **intervals}
         self.stale_factor = stale_factor
@@ -144,7 +155,7 @@ class Sampler:
             for g in Group
             if (g is not Group.PODS or pod_source is not None)
             and (g is not Group.POD_RESOURCES or pod_resources is not None)
-            and (g is not Group.OWNERSHIP or ledger_source is not None)
+            and (g is not Group.OWNERSHIP or ledger_source is not None or claim_source is not None)
         )
         self._finished: dict[Group, float] = {}  # monotonic end of each group's last refresh
         self._started_at = clock()
@@ -218,13 +229,25 @@ class Sampler:
         if group is Group.PODS:
             return self._pods()
         if group is Group.OWNERSHIP:
-            assert self.ledger_source is not None
-            found = self.ledger_source.read()
-            if found.skipped:
-                self.telemetry.failed(group, Reason.LEDGER, found.skipped)
-            return found.records
+            return self._ledgers()
         assert self.pod_resources is not None
         return self.pod_resources.list()
+
+    def _ledgers(self) -> Ledgers:
+        """Both ledgers, whichever are configured; one that cannot be read fails the group
+        (a node runs the device plugin or the DRA driver, so there is one in practice)."""
+        owners: tuple[ownership.Record, ...] | None = None
+        claim_records: tuple[claims.Record, ...] | None = None
+        skipped = 0
+        if self.ledger_source is not None:
+            found = self.ledger_source.read()
+            owners, skipped = found.records, skipped + found.skipped
+        if self.claim_source is not None:
+            book = self.claim_source.read()
+            claim_records, skipped = book.records, skipped + book.skipped
+        if skipped:
+            self.telemetry.failed(Group.OWNERSHIP, Reason.LEDGER, skipped)
+        return Ledgers(owners, claim_records)
 
     def _pods(self) -> tuple[Json, ...]:
         assert self.pod_source is not None
@@ -349,7 +372,7 @@ class Sampler:
             vnpus = self._fresh(Group.VNPUS, now) or ({}, {})
             pod_list = self._fresh(Group.PODS, now)
             devices = self._fresh(Group.POD_RESOURCES, now)
-            owners = self._fresh(Group.OWNERSHIP, now)
+            ledgers: Ledgers = self._fresh(Group.OWNERSHIP, now) or Ledgers()
         return Snapshot(
             chips,
             health,
@@ -361,7 +384,8 @@ class Sampler:
             vnpus[1],
             pod_list,
             devices,
-            owners,
+            ledgers.owners,
+            ledgers.claims,
         )
 
 

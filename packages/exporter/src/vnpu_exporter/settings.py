@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     """Read pods from the Kubernetes API at all (off: chip metrics only, no allocations)."""
     device_plugin_state_dir: Path | None = None
     """The device plugin's --state-dir, to read its vNPU ownership ledger (managed mode)."""
+    dra_state_dir: Path | None = None
+    """The DRA driver's --state-dir, to read its claim ledger (DRA mode): the vNPU of each claim."""
     host: str = "0.0.0.0"
     """Address the HTTP listener binds to."""
     port: int = pydantic.Field(default=9400, ge=0, le=65535)
@@ -92,6 +94,7 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ),
     ("--kubeconfig", "kubeconfig file (default: in-cluster service account)"),
     ("--device-plugin-state-dir", "the device plugin's --state-dir, for its vNPU ownership ledger"),
+    ("--dra-state-dir", "the DRA driver's --state-dir, for its claim ledger (DRA mode)"),
     ("--host", "listen address (default 0.0.0.0)"),
     ("--port", "port of /metrics and /healthz (default 9400)"),
     ("--stale-factor", "intervals after which a group's readings are dropped (default 3)"),

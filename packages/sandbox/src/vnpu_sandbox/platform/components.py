@@ -299,6 +299,7 @@ def node_agents(
             kubeconfig_of("exporter"),
             "--device-plugin-state-dir",
             str(dirs.plugin_state),
+            *(("--dra-state-dir", str(dirs.dra_state)) if dra else ()),
             "--host",
             LOOPBACK,
             "--port",
