@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the container images of vnpu's three services without a Docker daemon, and pushes
+# Builds the container images of vnpu's four services without a Docker daemon, and pushes
 # them to a registry (docs/operator-guide.md, "Images").
 #
 #   scripts/images.sh build             # or: make images (which runs `make dist` first)
 #   scripts/images.sh push REGISTRY     # or: make push REGISTRY=registry.example/vnpu
 #
-# build: one image per service (vnpu-scheduler, vnpu-device-plugin, vnpu-exporter) from
-# deploy/images/<service>/Containerfile with buildah (storage driver vfs, chroot isolation),
+# build: one image per service (vnpu-scheduler, vnpu-device-plugin, vnpu-exporter, and
+# vnpu-dra-driver, DRA mode's node agent) from deploy/images/<service>/Containerfile with
+# buildah (storage driver vfs, chroot isolation),
 # on a base root file system of Debian 12 (bookworm) packages made with mmdebstrap
 # (--variant=minbase plus python3 and python3-venv). Each image holds a virtualenv,
 # /opt/vnpu, with the service's wheels from dist/ (and those of the vnpu packages it depends
@@ -37,7 +38,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-services=(vnpu-scheduler vnpu-device-plugin vnpu-exporter)
+services=(vnpu-scheduler vnpu-device-plugin vnpu-exporter vnpu-dra-driver)
 suite=bookworm
 mirror="${VNPU_IMAGES_MIRROR:-http://deb.debian.org/debian}"
 security_mirror="${VNPU_IMAGES_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"

@@ -31,6 +31,7 @@ PACKAGE_DIRS = {
     "vnpu-scheduler": "scheduler",
     "vnpu-device-plugin": "device-plugin",
     "vnpu-exporter": "exporter",
+    "vnpu-dra-driver": "dra-driver",
 }
 
 

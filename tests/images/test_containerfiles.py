@@ -1,10 +1,11 @@
 """The chart, ``deploy/images`` and ``scripts/images.sh`` agree on the images (no build needed).
 
-The chart is rendered with its defaults (``scripts/render_chart.py``, Helm's own library): each
-vnpu container's image must be ``<service>:<appVersion>``, where ``<service>`` is the command
-the container runs, an image ``scripts/images.sh`` builds and a directory of ``deploy/images``
-whose Containerfile has that command as its entry point; and an image runs as root exactly
-when the chart runs its container privileged.
+The chart is rendered in both its modes, classic (its defaults) and dra (``global.mode=dra``),
+with ``scripts/render_chart.py`` (Helm's own library): each vnpu container's image must be
+``<service>:<appVersion>``, where ``<service>`` is the command the container runs, an image
+``scripts/images.sh`` builds and a directory of ``deploy/images`` whose Containerfile has that
+command as its entry point; and an image runs as root exactly when the chart runs its
+container privileged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def _render(tmp_path: Path, values: dict[str, Any]) -> subprocess.CompletedProce
         text=True,
         check=False,
     )
+
+
+MODES: tuple[dict[str, Any], ...] = ({}, {"global": {"mode": "dra"}})
+SERVICES = {"vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter", "vnpu-dra-driver"}
 
 
 def _containers(tmp_path: Path, values: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
@@ -81,15 +86,16 @@ def test_every_vnpu_container_runs_the_image_of_its_command(tmp_path: Path) -> N
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     versions = _versions()
     commands = set()
-    for container, _ in _containers(tmp_path, {}):
-        command = container["command"][0]
-        commands.add(command)
-        assert container["image"] == f"{command}:{app_version}"
-        assert versions[command] == app_version, f"{command}: package version != appVersion"
-        instructions = _containerfile(command)
-        assert instructions["ENTRYPOINT"] == f'["{command}"]'
-        assert instructions["RUN"] == "--mount=type=bind,target=/build sh /build/venv.sh"
-    assert commands == {"vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter"}
+    for mode in MODES:
+        for container, _ in _containers(tmp_path, mode):
+            command = container["command"][0]
+            commands.add(command)
+            assert container["image"] == f"{command}:{app_version}"
+            assert versions[command] == app_version, f"{command}: package version != appVersion"
+            instructions = _containerfile(command)
+            assert instructions["ENTRYPOINT"] == f'["{command}"]'
+            assert instructions["RUN"] == "--mount=type=bind,target=/build sh /build/venv.sh"
+    assert commands == SERVICES
     assert {path.parent.name for path in IMAGES.glob("*/Containerfile")} == commands
     assert _built_by_script() == commands
 
@@ -97,7 +103,9 @@ def test_every_vnpu_container_runs_the_image_of_its_command(tmp_path: Path) -> N
 def test_an_image_runs_as_root_exactly_when_the_chart_runs_it_privileged(
     tmp_path: Path,
 ) -> None:
-    for container, pod in _containers(tmp_path, {}):
+    checked: set[str] = set()
+    for container, pod in [found for mode in MODES for found in _containers(tmp_path, mode)]:
+        checked.add(container["command"][0])
         user = _containerfile(container["command"][0])["USER"]
         uid, gid = (int(part) for part in user.split(":"))
         privileged = bool(container.get("securityContext", {}).get("privileged"))
@@ -106,15 +114,16 @@ def test_an_image_runs_as_root_exactly_when_the_chart_runs_it_privileged(
             pod_context = pod.get("securityContext", {})
             assert pod_context.get("runAsNonRoot") is True
             assert (pod_context["runAsUser"], pod_context["runAsGroup"]) == (uid, gid)
+    assert checked == SERVICES
 
 
 def test_the_registry_prefixes_every_vnpu_image(tmp_path: Path) -> None:
-    values = {"global": {"image": {"registry": "registry.example:5000/team", "tag": "dev"}}}
-    images = {c["image"] for c, _ in _containers(tmp_path, values)}
-    assert images == {
-        f"registry.example:5000/team/{service}:dev"
-        for service in ("vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter")
-    }
+    image = {"registry": "registry.example:5000/team", "tag": "dev"}
+    images: set[str] = set()
+    for mode in ("classic", "dra"):
+        values = {"global": {"mode": mode, "image": image}}
+        images |= {c["image"] for c, _ in _containers(tmp_path, values)}
+    assert images == {f"registry.example:5000/team/{service}:dev" for service in SERVICES}
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,15 @@ from typing import Any
 
 import pytest
 
-SERVICES = ("vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter")
-# uid:gid of each image: the scheduler needs no privilege; the device plugin and the exporter
-# reach root-only device nodes and kubelet sockets (the Containerfiles say which).
-USERS = {"vnpu-scheduler": "65532:65532", "vnpu-device-plugin": "0:0", "vnpu-exporter": "0:0"}
+SERVICES = ("vnpu-scheduler", "vnpu-device-plugin", "vnpu-exporter", "vnpu-dra-driver")
+# uid:gid of each image: the scheduler needs no privilege; the device plugin, the exporter and
+# the DRA driver reach root-only device nodes and kubelet sockets (the Containerfiles say which).
+USERS = {
+    "vnpu-scheduler": "65532:65532",
+    "vnpu-device-plugin": "0:0",
+    "vnpu-exporter": "0:0",
+    "vnpu-dra-driver": "0:0",
+}
 
 # Importing an archive into a vfs storage copies every layer: some seconds on an idle machine,
 # several times that on a busy one; the first test of each image pays for it.
