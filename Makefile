@@ -75,7 +75,8 @@ bench: install
 dist: $(BIN)/python
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(PACKAGES)
 
-# One container image per service (vnpu-scheduler, vnpu-device-plugin, vnpu-exporter) as OCI
+# One container image per service (vnpu-scheduler, vnpu-device-plugin, vnpu-exporter,
+# vnpu-dra-driver) as OCI
 # archives in dist/images/, built from the wheels above with buildah and mmdebstrap, no Docker
 # daemon (root; the first build makes a Debian base in ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/images/).
 # `make push REGISTRY=host[:port]/path` copies them to REGISTRY/<service>:<version> with skopeo
