@@ -1,10 +1,11 @@
 """KWOK for scale: pods/s from create to Running on N KWOK nodes, kube-scheduler with and without vnpu.
 
-Standalone (``make bench`` runs it with its small defaults: 100 nodes, 400 pods, both modes;
-without the binaries of ``make k8s-bin`` and ``make kwok-bin`` it says so and measures
+Standalone (``make bench`` runs it with its small defaults: 100 nodes, 400 pods, ``--mode
+both``; without the binaries of ``make k8s-bin`` and ``make kwok-bin`` it says so and measures
 nothing)::
 
     .venv/bin/python benchmarks/bench_scale.py --nodes 1000 --mode classic --pods 4000 --json
+    .venv/bin/python benchmarks/bench_scale.py --nodes 1000 --mode all --timeout 1500
 
 Each run starts, in a directory of its own, the real control plane (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler) and KWOK with N nodes of 8 Ascend910B3 chips
@@ -13,17 +14,29 @@ that kube-scheduler counts alone (the machine's limit). ``--mode classic``: vnpu
 kube-scheduler's extender (filter, prioritize, bind under the node lock) and webhook, every
 node carries what vnpu's device plugin publishes, and the benchmark plays that plugin's
 Allocate for the KWOK nodes (``--real-nodes K`` adds K simulated nodes whose kubelet and
-device plugin run for real). Then P pods asking ``huawei.com/Ascend910B3: 1`` (one whole
-chip) are created at ``--rate`` pods/s, and each one is timed from its create request until
-KWOK (or the simulated kubelet) reports it Running.
+device plugin run for real). ``--mode dra``: vnpu's DRA mode without vnpu-scheduler (no
+extender, no webhook: the pods need no rewrite): kube-scheduler, configured as in plain,
+allocates devices of the DRA driver ``npu.vnpu.io`` from the ResourceSlices the benchmark
+publishes for every node before the pods come, as the driver would for 8 Ascend910B3 chips
+(``scale_dra``), and the whole-chip DeviceClass serves ``huawei.com/Ascend910B3`` to it. No
+kubelet prepares the claims (KWOK marks a bound pod Running), so dra's figure measures
+scheduling and allocation, not the driver's Prepare. ``--mode both`` runs plain then classic,
+``--mode all`` plain, classic then dra, each on a cluster of its own. Then P pods asking
+``huawei.com/Ascend910B3: 1`` (one whole chip; the same pods in every mode) are created at
+``--rate`` pods/s, and each one is timed from its create request until KWOK (or the simulated
+kubelet) reports it Running.
 
 Reported: pods/s from the first create to the last pod Running (and over the middle 80 % of
-the pods), the extender's filter, prioritize and bind latency and the node-lock wait (p50/p99
-interpolated in vnpu-scheduler's ``/metrics`` histograms over the run, as Prometheus'
-``histogram_quantile`` does), kube-scheduler's attempts by result, and the CPU seconds of
-each process over the run (``/proc``; ``bench`` is this process: pod creation, the watch and
-the stand-in device plugins). ``--json`` prints one JSON object; otherwise a Markdown
-section for docs/benchmarks.md.
+the pods) and each mode's ratio to plain, the extender's filter, prioritize and bind latency
+and the node-lock wait (p50/p99 interpolated in vnpu-scheduler's ``/metrics`` histograms over
+the run, as Prometheus' ``histogram_quantile`` does), kube-scheduler's Filter, PreBind and
+Bind phases per pod (from its ``/metrics``, every mode; in dra its Filter and its PreBind,
+where DynamicResources writes the claim, fill the table's filter and bind columns, and the
+plugin's own PreFilter, Filter and Reserve are added as kube-scheduler samples them),
+kube-scheduler's attempts by result, and the CPU seconds of each process over the run
+(``/proc``; ``bench`` is this process: pod creation, the watch and the stand-in device
+plugins). ``--json`` prints one JSON object; otherwise a Markdown section for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from typing import Any
 
 import kubernetes
 import scale_cluster
+import scale_dra
 import urllib3
 
 from vnpu_core import protocol
@@ -64,6 +78,10 @@ CREATE_TRIES = 4
 BIND_PHASE, SUCCESS = protocol.BIND_PHASE_KEY, protocol.BindPhase.SUCCESS.value
 PROGRESS_SECONDS = 15.0
 IDLE_SECONDS = 10.0
+KUBE_POINTS = ("Filter", "PreBind", "Bind")
+"""kube-scheduler's extension points reported in every mode."""
+SEVERAL = {"both": ("plain", "classic"), "all": scale_cluster.MODES}
+"""The ``--mode`` values that run more than one mode, one after the other."""
 
 
 def log(text: str) -> None:
@@ -98,9 +116,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--mode",
-        choices=(*scale_cluster.MODES, "both"),
+        choices=(*scale_cluster.MODES, *SEVERAL),
         default="both",
-        help="plain (kube-scheduler alone), classic (with vnpu) or both, one after the other",
+        help="plain (kube-scheduler alone), classic (with vnpu), dra (kube-scheduler "
+        "allocating vnpu's DRA devices), both (plain, classic) or all three, one after the "
+        "other (default both)",
     )
     parser.add_argument(
         "--pods", type=_bounded(int, 1, 200000), help=f"pods (default {PODS_PER_NODE} per node)"
@@ -115,8 +135,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--real-nodes",
         type=_bounded(int, 0, 20),
         default=0,
-        help="classic only: this many of the nodes are simulated nodes whose kubelet and "
-        "device plugin run for real (default 0)",
+        help="classic only (plain and dra runs of both or all leave them out): this many of "
+        "the nodes are simulated nodes whose kubelet and device plugin run for real (default 0)",
     )
     parser.add_argument(
         "--timeout",
@@ -127,9 +147,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="keep each run's directory (logs) in this one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    if args.json and args.mode == "both":
-        parser.error("--json prints one run: give --mode plain or --mode classic, not both")
-    if args.real_nodes and args.mode == "plain":
+    if args.json and args.mode in SEVERAL:
+        parser.error(f"--json prints one run: give one of {', '.join(scale_cluster.MODES)}")
+    if args.real_nodes and args.mode in ("plain", "dra"):
         parser.error(f"--real-nodes {args.real_nodes}: real nodes run vnpu, so --mode classic")
     if args.real_nodes >= args.nodes:
         parser.error(f"--real-nodes {args.real_nodes}: must be fewer than --nodes {args.nodes}")
@@ -316,6 +336,38 @@ def extender_figures(before: str, after: str) -> Json:
     return found
 
 
+def kube_figures(before: str, after: str) -> Json:
+    """kube-scheduler's own phases per pod, all plugins of each, unsampled, in every mode:
+    Filter over all nodes, PreBind (in dra: DynamicResources writes the claim) and Bind (in
+    classic: the extender's bind). A quantile past the histogram's last finite bound is that
+    bound (``kube_top_ms``: at least); the mean is exact."""
+    found: Json = {}
+    for point in KUBE_POINTS:
+        buckets, total = scale_cluster.histogram(
+            before, after, "scheduler_framework_extension_point_duration_seconds",
+            extension_point=point,
+        )  # fmt: skip
+        count = buckets[-1][1] if buckets else 0
+        key = f"kube_{point.lower()}"
+        found[f"{key}_p50_ms"] = _ms(scale_cluster.quantile(buckets, 0.5))
+        found[f"{key}_p99_ms"] = _ms(scale_cluster.quantile(buckets, 0.99))
+        found[f"{key}_mean_ms"] = _ms(total / count) if count else None
+        finite = [bound for bound, _ in buckets if bound != float("inf")]
+        found["kube_top_ms"] = _ms(max(finite)) if finite else None
+    return found
+
+
+def dra_figures(api: kubernetes.client.ApiClient, before: str, after: str, kube: Json) -> Json:
+    """The table's filter and bind in dra: kube-scheduler's Filter phase and its PreBind,
+    where DynamicResources writes the claim (``kube``: ``kube_figures``); the plugin's own
+    latency; the claims kube-scheduler made and allocated."""
+    found: Json = {"prepared": "no: KWOK runs the pods, no kubelet prepares the claims"}
+    for column, point in (("filter", "filter"), ("bind", "prebind")):
+        for q in ("p50", "p99"):
+            found[f"{column}_{q}_ms"] = kube[f"kube_{point}_{q}_ms"]
+    return found | scale_dra.plugin_figures(before, after) | scale_dra.claims(api, NAMESPACE)
+
+
 def counted(before: str, after: str, name: str, label: str) -> dict[str, int]:
     """A counter's growth between two scrapes, by the value of ``label``."""
     grown: dict[str, int] = {}
@@ -355,7 +407,8 @@ def ready_kwok_nodes(core: kubernetes.client.CoreV1Api) -> int:
 
 
 def prepare(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kwok: int) -> Json:
-    """The namespace and the KWOK nodes, all Ready (and available to vnpu-scheduler)."""
+    """The namespace and the KWOK nodes, all Ready (and available to vnpu-scheduler; in
+    ``dra`` with their ResourceSlices published)."""
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": NAMESPACE}}, _preload_content=False)
 
@@ -383,6 +436,10 @@ def prepare(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kw
     created = time.monotonic() - began
     wait_for(f"{kwok} KWOK nodes Ready", lambda: ready_kwok_nodes(core) >= kwok, 300, 2)
     ready = time.monotonic() - began
+    published: Json = {}
+    if cluster.mode == "dra":
+        log(f"dra: publishing the ResourceSlices of {kwok} nodes")
+        published = scale_dra.publish(api, [f"kwok-{i:05d}" for i in range(kwok)])
     if cluster.mode == "classic":
         wanted = kwok + cluster.real_nodes
         wait_for(
@@ -391,14 +448,19 @@ def prepare(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kw
             120,
             2,
         )
-    time.sleep(2)  # kube-scheduler's informers see the last nodes Ready
-    return {"nodes_create_seconds": round(created, 1), "nodes_ready_seconds": round(ready, 1)}
+    time.sleep(2)  # kube-scheduler's informers see the last nodes Ready (and slices)
+    return {
+        "nodes_create_seconds": round(created, 1),
+        "nodes_ready_seconds": round(ready, 1),
+        **published,
+    }
 
 
 def measure(args: argparse.Namespace, mode: str, root: Path) -> Json:
     kwok = args.nodes - (args.real_nodes if mode == "classic" else 0)
     cluster = scale_cluster.Cluster(root, mode, args.real_nodes if mode == "classic" else 0)
-    log(f"{mode}: starting the control plane, KWOK{' and vnpu' if mode == 'classic' else ''}")
+    extra = {"classic": " and vnpu", "dra": " and vnpu's DeviceClasses"}.get(mode, "")
+    log(f"{mode}: starting the control plane, KWOK{extra}")
     began = time.monotonic()
     try:
         cluster.start()
@@ -528,6 +590,9 @@ def run_pods(
         figures["real_node_pods_running"] = sum(watch.placed.get(n) in real for n in watch.running)
     if mode == "classic":
         figures |= extender_figures(vnpu_before, vnpu_after)
+    figures |= kube_figures(kube_before, kube_after)
+    if mode == "dra":
+        figures |= dra_figures(api, kube_before, kube_after, figures)
     if len(running) < len(names):
         log(f"{mode}: only {len(running)} of {len(names)} pods Running after {args.timeout:g} s")
     return figures
@@ -556,21 +621,38 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        # the last finite bound of the histogram the column comes from: at least that
+        ftop, btop = (r.get("kube_top_ms"),) * 2 if r["mode"] == "dra" else (None, 10000)
         lines.append(
             f"| {r['mode']} | {r['nodes']} | {r['running']} of {r['pods']} "
             f"| {_cell(r['pods_per_second'])} | {_cell(r['middle_pods_per_second'])} "
             f"| {r['create_to_running_p50_s']} / {r['create_to_running_p99_s']} s "
-            f"| {_cell(r['filter_p50_ms'])} / {_cell(r['filter_p99_ms'])} ms "
-            f"| {_cell(r.get('bind_p50_ms'), 10000)} / {_cell(r.get('bind_p99_ms'), 10000)} ms "
+            f"| {_cell(r['filter_p50_ms'], ftop)} / {_cell(r['filter_p99_ms'], ftop)} ms "
+            f"| {_cell(r.get('bind_p50_ms'), btop)} / {_cell(r.get('bind_p99_ms'), btop)} ms "
             f"| {_cell(r.get('lock_wait_p50_ms'), 60000)} / "
             f"{_cell(r.get('lock_wait_p99_ms'), 60000)} ms "
             f"| {r['load_before'][0]} / {r['load_after'][0]} | {_cell(r['cpu_cores_busy'])} "
             f"| {_cell(r['cpu_ms_per_pod'])} |"
         )
     by_mode = {r["mode"]: r for r in rows}
-    if {"plain", "classic"} <= set(by_mode) and by_mode["plain"]["pods_per_second"]:
-        ratio = (by_mode["classic"]["pods_per_second"] or 0) / by_mode["plain"]["pods_per_second"]
-        lines.append(f"\nclassic / plain: {ratio:.2f}")
+    plain = by_mode["plain"]["pods_per_second"] if "plain" in by_mode else None
+    ratios = [
+        f"{mode} / plain: {(r['pods_per_second'] or 0) / plain:.2f}"
+        for mode, r in by_mode.items()
+        if mode != "plain" and plain
+    ]
+    if ratios:
+        lines.append("\n" + "; ".join(ratios))
+    if "dra" in by_mode:
+        r = by_mode["dra"]
+        lines.append(
+            f"\ndra: kube-scheduler allocated {r['claims_allocated']} claims of "
+            f"{r['claims']} from {r['resource_slices']} ResourceSlices; no kubelet prepared "
+            "them (KWOK marks a bound pod Running), so the figure measures scheduling and "
+            "allocation, not Prepare. Its filter and bind are kube-scheduler's Filter phase "
+            "(all nodes, all plugins) and its PreBind (DynamicResources writes the claim); "
+            f"PreBind's mean: {_cell(r.get('kube_prebind_mean_ms'))} ms."
+        )
     lines.append("\nCPU seconds over each run:\n")
     for r in rows:
         spent = ", ".join(f"{name} {seconds:g}" for name, seconds in r["cpu_seconds"].items())
@@ -601,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"## KWOK at scale\n\nNot run: {exc}\n")
         return 0
-    modes = scale_cluster.MODES if args.mode == "both" else (args.mode,)
+    modes = SEVERAL.get(args.mode, (args.mode,))
     rows = []
     with tempfile.TemporaryDirectory(prefix="vnpu-scale-") as tmp:
         for mode in modes:

@@ -13,8 +13,12 @@ that plugin for them through the API: the handshake renewed every 30 s, and afte
 what Allocate writes (the pod's to-allocate entry erased, ``bind-phase: success``, the node
 lock released). Optional real simulated nodes (the sandbox's kubelet and vnpu's device
 plugin) run Allocate for real. In ``plain`` mode there is no vnpu at all: the chips are a
-plain extended resource that kube-scheduler counts alone. Every mode gets the same
-kube-scheduler settings (client QPS and burst raised) and the same KWOK stages.
+plain extended resource that kube-scheduler counts alone. In ``dra`` mode kube-scheduler, with
+the same bare configuration as ``plain``, allocates the devices of vnpu's DRA driver: the
+DeviceClasses are created before it starts, the nodes carry no chip resource (a node that
+lists the extended resource is left to a device plugin), and ``scale_dra`` publishes each
+node's ResourceSlices. Every mode gets the same kube-scheduler settings (client QPS and burst
+raised) and the same KWOK stages.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import kubernetes
 import standin
 import yaml
 
-from vnpu_core import catalog, coordination, nodes, protocol, topology
+from vnpu_core import catalog, coordination, draclasses, nodes, protocol, topology
 from vnpu_sandbox.platform import (
     clusterfile,
     components,
@@ -71,7 +75,7 @@ HANDSHAKE_SECONDS = 30.0
 NODE_LEASE_SECONDS = 40
 """A kubelet's default Lease duration; the holder renews it every quarter of that."""
 MERGE = "application/merge-patch+json"
-MODES = ("plain", "classic")
+MODES = ("plain", "classic", "dra")
 
 
 class ScaleError(Exception):
@@ -161,11 +165,14 @@ def handshake(model: catalog.ChipModel) -> dict[str, str]:
 
 
 def kwok_node(index: int, mode: str, model: catalog.ChipModel) -> Json:
-    """A Node for KWOK to run: the chips in capacity, vnpu's annotations in ``classic``."""
+    """A Node for KWOK to run: the chips in capacity (not in ``dra``: its ResourceSlices say
+    them), vnpu's annotations in ``classic``."""
     name = f"kwok-{index:05d}"
+    resources = {"cpu": "192", "memory": "1536Gi", "pods": "110"}
     # plain: whole chips counted by kube-scheduler; classic: the plugin's device ids per chip
-    chips = CHIPS if mode == "plain" else CHIPS * model.split_count
-    resources = {"cpu": "192", "memory": "1536Gi", "pods": "110", model.resource_name: str(chips)}
+    if mode != "dra":
+        chips = CHIPS if mode == "plain" else CHIPS * model.split_count
+        resources[model.resource_name] = str(chips)
     annotations = {KWOK_SELECTOR[0]: KWOK_SELECTOR[1]}
     if mode == "classic":
         annotations |= plugin_annotations(name, model)
@@ -366,6 +373,9 @@ class Cluster:
             )
             for document in [*controlplane.rbac_documents(), *webhooks]:
                 controlplane.create(plane.api_url, self.tls, document)
+        if self.mode == "dra":  # before kube-scheduler starts, as the chart installs them
+            for document in draclasses.device_classes(catalog.BUILTIN):
+                controlplane.create(plane.api_url, self.tls, document)
         self._kwok_objects(kustomize)
         config = self.scheduler_config()
         where.kube_scheduler_config.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -387,7 +397,8 @@ class Cluster:
         run.wait_ready(left(), extra=extra)
 
     def scheduler_config(self) -> Json:
-        """The chart's KubeSchedulerConfiguration (``classic``) or a bare one (``plain``)."""
+        """The chart's KubeSchedulerConfiguration (``classic``) or a bare one (``plain``,
+        ``dra``: kube-scheduler's default plugins, DynamicResources among them)."""
         if self.mode == "classic":
             document = manifests.kube_scheduler_config(components.url(self.vnpu_port))
         else:
@@ -542,8 +553,9 @@ def histogram(
     def read(text: str) -> tuple[dict[float, float], float]:
         buckets: dict[float, float] = {}
         for labels, value in samples(text, f"{name}_bucket"):
-            if all(labels.get(k) == v for k, v in wanted.items()):
-                buckets[float(labels["le"])] = value
+            if all(labels.get(k) == v for k, v in wanted.items()):  # summed over the rest
+                le = float(labels["le"])
+                buckets[le] = buckets.get(le, 0.0) + value
         total = sum(
             v
             for labels, v in samples(text, f"{name}_sum")

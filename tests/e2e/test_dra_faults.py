@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -153,23 +154,25 @@ def test_a_driver_killed_while_pods_come_and_go_leaks_no_vnpu(sandbox: Any) -> N
     # second is created (its vNPU cannot be made yet).
     sandbox.ctl.run(["delete", "pod", "first", "--wait=false"])
     sandbox.apply(yaml.safe_dump(_pod("second", VNPU)))
-    log = layout.Layout.at(sandbox.directory).logs / "dra-driver-duo.again.log"
-    again, child = processes.spawn("dra-driver-duo", driver.argv, log)
-    try:
-        sandbox.wait_for(
-            lambda: _running(sandbox, ["second"]) and "first" not in sandbox.pods(),
-            "the second pod running and the first gone",
-            timeout=120,
-            explain=sandbox.describe_pods,
-        )
-        sandbox.wait_for(lambda: len(sandbox.vnpus("duo")) == 1, "one vNPU: the second pod's")
-        (vnpu,) = sandbox.vnpus("duo")
-        assert _env(sandbox, "duo", "second")["ASCEND_VISIBLE_DEVICES"] == str(vnpu.vnpu_id)
-        sandbox.ctl.run(["delete", "pod", "second"])
-        sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "no vNPU left")
-    finally:
-        processes.stop([again])
-        child.wait(timeout=30)
+    # Back, for good: the record names the new process, so `down` stops it after the module.
+    where = layout.Layout.at(sandbox.directory)
+    again, child = processes.spawn(
+        "dra-driver-duo", driver.argv, where.logs / "dra-driver-duo.again.log"
+    )
+    threading.Thread(target=child.wait, daemon=True).start()  # reaped when `down` stops it
+    sandbox.record.processes = [again if p is driver else p for p in sandbox.record.processes]
+    layout.write(where, sandbox.record)
+    sandbox.wait_for(
+        lambda: _running(sandbox, ["second"]) and "first" not in sandbox.pods(),
+        "the second pod running and the first gone",
+        timeout=120,
+        explain=sandbox.describe_pods,
+    )
+    sandbox.wait_for(lambda: len(sandbox.vnpus("duo")) == 1, "one vNPU: the second pod's")
+    (vnpu,) = sandbox.vnpus("duo")
+    assert _env(sandbox, "duo", "second")["ASCEND_VISIBLE_DEVICES"] == str(vnpu.vnpu_id)
+    sandbox.ctl.run(["delete", "pod", "second"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "no vNPU left")
 
 
 def test_a_random_mix_of_template_pods_never_puts_a_chip_over_a_budget(sandbox: Any) -> None:
