@@ -209,20 +209,7 @@ def _kubelet_allocations(
             model = model_of(chip, models) if chip else None
             if chip is None or model is None:
                 continue
-            owner = Owner(item.namespace, item.pod, item.container)
-            found.append(
-                Allocation(
-                    owner,
-                    chip.uuid,
-                    chip.phy_id,
-                    model,
-                    Kind.WHOLE,
-                    "",
-                    chip.memory_mib,
-                    chip.aicore,
-                    chip.aicore,
-                )
-            )
+            found.append(_whole(Owner(item.namespace, item.pod, item.container), chip, model))
     return found
 
 
@@ -252,6 +239,16 @@ def _claim_record(
     return found[0] if len(found) == 1 else None
 
 
+def _whole(
+    owner: Owner, chip: backend.ChipInfo, model: catalog.ChipModel, claim: str = ""
+) -> Allocation:
+    """A whole chip held by ``owner`` (through ``claim`` in DRA mode)."""
+    return Allocation(
+        owner, chip.uuid, chip.phy_id, model, Kind.WHOLE, "", chip.memory_mib,
+        chip.aicore, chip.aicore, claim=claim,
+    )  # fmt: skip
+
+
 def _claim_allocations(
     items: Iterable[podresources.ClaimDevice],
     by_phy: Mapping[int, backend.ChipInfo],
@@ -274,18 +271,7 @@ def _claim_allocations(
         if device.kind == "template" and template is None:
             continue  # a name the driver does not publish for this model
         owner = Owner(item.namespace, item.pod, item.container)
-        base = Allocation(
-            owner,
-            chip.uuid,
-            chip.phy_id,
-            model,
-            Kind.WHOLE,
-            "",
-            chip.memory_mib,
-            chip.aicore,
-            chip.aicore,
-            claim=f"{item.claim_namespace}/{item.claim}/{item.device}",
-        )
+        base = _whole(owner, chip, model, f"{item.claim_namespace}/{item.claim}/{item.device}")
         if device.kind == "whole":
             found.append(base)
         elif device.kind == "soft":
