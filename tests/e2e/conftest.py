@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout
@@ -179,9 +180,13 @@ def sandbox(
     mode = str(getattr(request.module, "MODE", "classic"))
     prometheus = getattr(request.module, "PROMETHEUS", False) and shutil.which("prometheus")
     # The chart's own RBAC gives vnpu's services their rights: the real authorizer judges it.
+    # Rendered in the sandbox's mode: DRA mode gives the webhook its claim-template rights.
     chart = directory / "chart.yaml"
+    values = directory / "values.yaml"
+    values.write_text(yaml.safe_dump({"global": {"mode": mode}}), encoding="utf-8")
     rendered = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(chart)],
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(chart),
+         "--values", str(values)],
         capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
     )  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr

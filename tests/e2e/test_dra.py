@@ -118,18 +118,35 @@ def test_twenty_nine_vir01_on_four_310p3_chips_run_twenty_eight(sandbox: Any) ->
     sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "the vir01 vNPUs destroyed", timeout=120)
 
 
-def test_whole_chips_keep_the_resource_users_write(sandbox: Any) -> None:
-    sandbox.apply(yaml.safe_dump(_pod("whole", {"huawei.com/Ascend910A": "2"})))
+def test_a_four_chip_910a_pod_gets_four_chips_of_one_ring(sandbox: Any) -> None:
+    """One whole chip keeps huawei.com/Ascend910A (its DeviceClass serves it); four become a
+    claim whose chips share one HCCS ring. With one chip taken, the ring that lacks it has
+    three free chips, so the four must be the other ring."""
+    sandbox.apply(yaml.safe_dump(_pod("one", {"huawei.com/Ascend910A": "1"})))
     sandbox.wait_for(
-        lambda: _phase(sandbox, "whole") == "Running",
-        "the whole-chip pod running",
+        lambda: _phase(sandbox, "one") == "Running",
+        "one chip running",
         explain=sandbox.describe_pods,
     )
-    seen = _seen(sandbox, "train", "whole")
-    chips = seen["env"]["ASCEND_VISIBLE_DEVICES"].split(",")
-    assert len(set(chips)) == 2, seen
+    assert sandbox.pods()["one"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "huawei.com/Ascend910A": "1"
+    }
+    (taken,) = (
+        int(c) for c in _seen(sandbox, "train", "one")["env"]["ASCEND_VISIBLE_DEVICES"].split(",")
+    )
+    sandbox.apply(yaml.safe_dump(_pod("four", {"huawei.com/Ascend910A": "4"})))
+    sandbox.wait_for(
+        lambda: _phase(sandbox, "four") == "Running",
+        "the four-chip pod running",
+        explain=sandbox.describe_pods,
+    )
+    chips = {
+        int(c) for c in _seen(sandbox, "train", "four")["env"]["ASCEND_VISIBLE_DEVICES"].split(",")
+    }
+    assert len(chips) == 4
+    assert {c // 4 for c in chips} == {1 - taken // 4}, (taken, chips)
     assert sandbox.vnpus("train") == []  # whole chips make no vNPU
-    sandbox.ctl.run(["delete", "pod", "whole"])
+    sandbox.ctl.run(["delete", "pod", "one", "four"])
 
 
 def test_the_duo_exporter_names_a_dra_vnpu_pod_and_its_template(sandbox: Any) -> None:

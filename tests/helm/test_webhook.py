@@ -60,7 +60,7 @@ def test_webhooks_call_the_scheduler_service(default):
                 "scope": "Namespaced",
             }
         ]
-        assert hook["sideEffects"] == "None"
+        assert hook["sideEffects"] == "NoneOnDryRun"  # claim templates (DRA mode)
         assert hook["admissionReviewVersions"] == ["v1"]
         # NPU pods only, and closed: while the webhook is down an NPU pod is refused (its
         # controller retries) instead of being created unrounded for the default scheduler.

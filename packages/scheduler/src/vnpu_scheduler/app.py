@@ -44,6 +44,7 @@ from vnpu_core import errors as core_errors
 from vnpu_scheduler import (
     binder,
     cache,
+    claimtemplates,
     cluster,
     configsource,
     errors,
@@ -184,6 +185,7 @@ class Service:
             config.scheduler_name,
             *((self.quotas.admission_refusal,) if self.quotas else ()),
             dra=config.mode is settings.Mode.DRA,
+            templates=claimtemplates.Templates(api),
         )
         self.informers = [
             informer.Informer(
@@ -601,7 +603,8 @@ def _admission_routes(app: fastapi.FastAPI, service: Service) -> None:
                     meta = review.request.object.get("metadata") or {}
                     namespace = meta.get("namespace") or review.request.namespace
                     seen["pod"] = f"{namespace}/{meta.get('name') or meta.get('generateName', '')}"
-                answer = handle(review)
+                # In DRA mode a pod may need a claim template made first: an API call.
+                answer = await asyncio.to_thread(handle, review)
                 if not answer["response"]["allowed"]:
                     seen.update(outcome="denied", error=answer["response"]["status"]["message"])
                 return _json(answer)

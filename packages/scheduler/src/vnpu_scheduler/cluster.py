@@ -128,6 +128,10 @@ class Cluster(Protocol):
 
     def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
+    def create_claim_template(self, namespace: str, body: Json) -> Json: ...
+
+    def get_claim_template(self, namespace: str, name: str) -> Json | None: ...
+
 
 class KubeCluster:
     """``Cluster`` over the official client; ``timeout`` bounds each non-watch call (seconds)."""
@@ -136,6 +140,7 @@ class KubeCluster:
         self._client = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._leases = kubernetes.client.CoordinationV1Api(api_client)
+        self._resource = kubernetes.client.ResourceV1Api(api_client)
         self._timeout = timeout
 
     @classmethod
@@ -210,6 +215,24 @@ class KubeCluster:
             ),
             f"create lease {namespace}/{name}",
         )
+
+    def create_claim_template(self, namespace: str, body: Json) -> Json:
+        name = (body.get("metadata") or {}).get("name")
+        return kubeapi.fetch(
+            lambda: self._resource.create_namespaced_resource_claim_template(
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=_limit(self._timeout),
+            ),
+            f"create resourceclaimtemplate {namespace}/{name}",
+        )
+
+    def get_claim_template(self, namespace: str, name: str) -> Json | None:
+        """The ResourceClaimTemplate, or None when it does not exist."""
+        read = self._resource.read_namespaced_resource_claim_template
+        what = f"get resourceclaimtemplate {namespace}/{name}"
+        return self._get_or_none(read, namespace, name, what)
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
         """The Lease, or None when it does not exist."""

@@ -38,7 +38,7 @@ import structlog
 
 from vnpu_core import catalog, protocol, requests
 from vnpu_core import errors as core_errors
-from vnpu_scheduler import dramode, extender, notices, wire
+from vnpu_scheduler import claimtemplates, dramode, extender, notices, wire
 
 Json = dict[str, Any]
 DEFAULT_SCHEDULER = notices.DEFAULT_SCHEDULER
@@ -114,11 +114,13 @@ class Webhook:
         quota: Callable[[str, requests.PodRequest], str] = lambda _namespace, _request: "",
         *,
         dra: bool = False,
+        templates: claimtemplates.Templates | None = None,
     ) -> None:
         self._models = models
         self._scheduler_name = scheduler_name
         self._quota = quota
         self._dra = dra
+        self._templates = templates
 
     def _ignored(self, pod: Json) -> bool:
         meta = pod.get("metadata") or {}
@@ -190,12 +192,8 @@ class Webhook:
         current = spec.get("schedulerName") or ""
         if current not in ("", DEFAULT_SCHEDULER, self._scheduler_name):
             return _warned(wire.admission_response(uid, True), said)
-        if self._dra:  # kube-scheduler allocates: no routing, the resources DRA serves
-            renamed, rewritten, denial = dramode.convert(spec, request)
-            if denial:
-                return wire.admission_response(uid, False, denial, code=400)
-            reply = wire.admission_response(uid, True, patch=renamed)
-            return _warned(reply, request.notes + rewritten + said)
+        if self._dra:  # kube-scheduler allocates: no routing, what DRA serves
+            return self._dra_reply(review, spec, request, said)
         patch: list[Json] = []
         if current != self._scheduler_name:
             patch.append(
@@ -207,6 +205,28 @@ class Webhook:
         elif rounding:
             log.warning("webhook_rounding_skipped", pod=request.name, namespace=request.namespace)
         return _warned(wire.admission_response(uid, True, patch=patch), request.notes + said)
+
+    def _dra_reply(
+        self,
+        review: wire.AdmissionReview,
+        spec: Json,
+        request: requests.PodRequest,
+        said: tuple[str, ...],
+    ) -> Json:
+        uid = review.request.uid
+        converted = dramode.convert(spec, request)
+        denial = converted.denial
+        if not denial and converted.claims:
+            if self._templates is None:
+                denial = "this webhook cannot create ResourceClaimTemplates (no API client)"
+            else:
+                namespace = request.namespace or review.request.namespace or "default"
+                dry_run = review.request.dryRun
+                denial = self._templates.ensure(namespace, converted.claims, dry_run)
+        if denial:
+            return wire.admission_response(uid, False, denial, code=400)
+        reply = wire.admission_response(uid, True, patch=converted.patch)
+        return _warned(reply, request.notes + converted.said + said)
 
     def _rounding(self, spec: Json, request: requests.PodRequest) -> list[Json]:
         """Patch operations that set each request's memory to what it rounds to."""

@@ -102,7 +102,7 @@ def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> 
         webhook: Json = {
             "name": f"{verb}.vnpu.io",
             "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
+            "sideEffects": "NoneOnDryRun",
             "failurePolicy": "Fail",
             "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
             "clientConfig": {"url": f"{scheduler_url}/{verb}"}
