@@ -20,6 +20,7 @@ CLUSTER = """\
 nodes:
   - {name: duo, chip: 310P3, chips: 4, server: 300i-duo}
   - {name: train, chip: 910A, chips: 8, server: 910a-8}
+  - {name: soft, chip: 310P3, chips: 2, server: pcie, mode: soft}
 """
 Json = dict[str, Any]
 
@@ -147,6 +148,58 @@ def test_a_four_chip_910a_pod_gets_four_chips_of_one_ring(sandbox: Any) -> None:
     assert {c // 4 for c in chips} == {1 - taken // 4}, (taken, chips)
     assert sandbox.vnpus("train") == []  # whole chips make no vNPU
     sandbox.ctl.run(["delete", "pod", "one", "four"])
+
+
+def test_soft_slices_share_a_chip_up_to_its_memory(sandbox: Any) -> None:
+    """hami-core soft slices become claims on the soft devices' consumable capacity: 8192 MiB
+    slices, two to a chip of 21527 MiB on two chips; the fifth waits with kube-scheduler's
+    reason. Each container gets its quota and core share, and no vNPU is made."""
+    soft = {"huawei.com/vnpu-mode": "hami-core"}
+    limits = {
+        "huawei.com/Ascend310P": "1",
+        "huawei.com/Ascend310P-memory": "8192",
+        "huawei.com/Ascend310P-core": "20",
+    }
+    pods = [_pod(f"s{i}", limits, soft) for i in range(5)]
+    sandbox.apply(yaml.safe_dump_all(pods))
+
+    def running() -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if _phase(sandbox, p["metadata"]["name"]) == "Running"
+        ]
+
+    sandbox.wait_for(
+        lambda: len(running()) == 4,
+        "four soft pods running",
+        timeout=120,
+        explain=sandbox.describe_pods,
+    )
+    (waiting,) = {p["metadata"]["name"] for p in pods} - set(running())
+    events = sandbox.ctl.items(
+        [
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={waiting},reason=FailedScheduling",
+        ]
+    )
+    assert events, sandbox.describe_pods()
+    assert "claim" in events[-1]["message"], events[-1]
+    chips: dict[str, int] = {}
+    for name in running():
+        pod = sandbox.pods()[name]
+        assert pod["spec"]["nodeName"] == "soft"
+        (claim,) = pod["spec"]["resourceClaims"]
+        assert claim["resourceClaimTemplateName"].startswith("vnpu-ascend310p-soft-1x8192m-20c-")
+        env = _seen(sandbox, "soft", name)["env"]
+        assert env["NPU_MEM_QUOTA"] == "8192"
+        assert env["NPU_PRIORITY"] == "20"
+        chips[env["ASCEND_VISIBLE_DEVICES"]] = chips.get(env["ASCEND_VISIBLE_DEVICES"], 0) + 1
+    assert sorted(chips.values()) == [2, 2]
+    assert sandbox.vnpus("soft") == []
+    sandbox.ctl.run(["delete", "pod", *[p["metadata"]["name"] for p in pods]])
 
 
 def test_the_duo_exporter_names_a_dra_vnpu_pod_and_its_template(sandbox: Any) -> None:
