@@ -168,6 +168,7 @@ def test_driver_values_reach_the_daemonset(render: Any) -> None:
                     "simDir": "/var/lib/vnpu/sim-node",
                     "model": "310P3",
                     "soft": True,
+                    "hamiCoreDir": "/opt/hami-core",
                     "serverKind": "300i-duo",
                     "interval": 5,
                     "cdiDir": "/etc/cdi",
@@ -187,6 +188,8 @@ def test_driver_values_reach_the_daemonset(render: Any) -> None:
         "--sim-dir=/var/lib/vnpu/sim",
         "--model=310P3",
         "--soft",
+        "--hami-core-dir=/opt/hami-core",
+        "--hami-shared-dir=/usr/local/hami-shared-region",
         "--server=300i-duo",
         "--kubelet-dir=/data/kubelet",
         "--cdi-dir=/etc/cdi",
@@ -204,6 +207,11 @@ def test_driver_values_reach_the_daemonset(render: Any) -> None:
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["plugins"] == "/data/kubelet/plugins"
     assert mounts["sim"] == "/var/lib/vnpu/sim"
+    # soft slices: hami-vnpu-core's host directories, at their host paths
+    assert hosts["hami-core"] == ("/opt/hami-core", "DirectoryOrCreate")
+    assert hosts["hami-shared"] == ("/usr/local/hami-shared-region", "DirectoryOrCreate")
+    assert mounts["hami-core"] == "/opt/hami-core"
+    assert mounts["hami-shared"] == "/usr/local/hami-shared-region"
     assert spec["nodeSelector"] == {"npu": "yes"}
     assert "tolerations" not in spec
 
@@ -226,6 +234,8 @@ def test_classic_mode_renders_no_driver(default: Any) -> None:
     assert default.find("DaemonSet", "vnpu-dra-driver") is None
     assert default.find("ClusterRole", "vnpu-dra-driver") is None
     assert default.find("ServiceAccount", "vnpu-dra-driver") is None
+    rules = default.get("ClusterRole", "vnpu-scheduler")["rules"]
+    assert not any("resource.k8s.io" in r["apiGroups"] for r in rules)
 
 
 # What else DRA mode changes
@@ -275,8 +285,14 @@ def test_the_scheduler_is_the_webhook_alone_in_dra_mode(dra: Any) -> None:
         ("RoleBinding", "vnpu-scheduler-auth-reader"),
     ):
         assert dra.find(kind, name) is None, (kind, name)
-    # What vnpu-scheduler itself needs stays: its role, the quota locks, its webhooks.
-    assert dra.find("ClusterRole", "vnpu-scheduler") is not None
+    # What vnpu-scheduler itself needs stays: its role, the quota locks, its webhooks; and
+    # its webhook makes multi-chip and soft-slice pods' claim templates.
+    rules = dra.get("ClusterRole", "vnpu-scheduler")["rules"]
+    assert {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["get", "create"],
+    } in rules
     assert dra.find("Role", "vnpu-scheduler-quota-locks") is not None
     assert dra.find("MutatingWebhookConfiguration", "vnpu-scheduler") is not None
     assert dra.find("ValidatingWebhookConfiguration", "vnpu-scheduler") is not None

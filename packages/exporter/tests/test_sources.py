@@ -30,6 +30,7 @@ from vnpu_exporter import (
     sampler,
 )
 from vnpu_kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
+from vnpu_npu import claimledger
 from vnpu_npu import ledger as npu_ledger
 from vnpu_service import kubeapi
 
@@ -418,7 +419,7 @@ def _claimed(name: str, claim: str, uid: str, *devices: str, containers: Any = (
 
 
 def _claim_record(**overrides: Any) -> dict[str, Any]:
-    """A record as vnpu_dra_driver.ledger writes it (every field the driver keeps)."""
+    """A vNPU's record as the DRA driver writes it (``vnpu_npu.claimledger``)."""
     record = {
         "claim_uid": "uid-a", "namespace": "ml", "claim": "infer-a-npu", "request": "npu",
         "device": "chip-0-vir02-0", "chip": 0, "chip_uuid": "U0", "vnpu_id": 100,
@@ -485,21 +486,38 @@ def test_pod_resources_keeps_npu_vnpu_io_claim_devices_after_the_classic_ones(
 
 
 def test_claim_ledger_file_reads_the_dra_drivers_records(tmp_path: Path) -> None:
+    soft = _claim_record(
+        claim_uid="uid-s", claim="slice-npu", device="chip-1-soft", chip=1, vnpu_id=-1,
+        template="", kind="soft", memory_mib=2048, core_percent=30,
+    )  # fmt: skip
     _write_claims(
         tmp_path,
         _claim_record(),
         _claim_record(device="chip-0-vir02-1", vnpu_id=101, state="intent"),
+        soft,
         _claim_record(chip="zero"),  # broken: skipped and counted
         _claim_record(state="gone"),
         _claim_record(claim=""),  # names no claim device
+        {**soft, "core_percent": 101},  # a share the driver never gives
         "junk",
     )
     found = claims.ClaimLedgerFile(tmp_path).read()
+    vnpu = claimledger.Record(
+        "uid-a", "ml", "infer-a-npu", "npu", "chip-0-vir02-0", 0, "U0", 100, "vir02",
+        claimledger.State.OWNED, 1.5,
+    )  # fmt: skip
     assert found.records == (
-        claims.Record("uid-a", "ml", "infer-a-npu", "chip-0-vir02-0", 0, 100, "vir02"),
-        claims.Record("uid-a", "ml", "infer-a-npu", "chip-0-vir02-1", 0, 101, "vir02"),
-    )
-    assert found.skipped == 4
+        vnpu,
+        dataclasses.replace(
+            vnpu, device="chip-0-vir02-1", vnpu_id=101, state=claimledger.State.INTENT
+        ),
+        claimledger.soft_slice(
+            claim_uid="uid-s", namespace="ml", claim="slice-npu", request="npu",
+            device="chip-1-soft", chip=1, chip_uuid="U0", memory_mib=2048, core_percent=30,
+            created_at=1.5,
+        ),
+    )  # fmt: skip
+    assert found.skipped == 5
     assert claims.ClaimLedgerFile(tmp_path / "fresh-node").read() == claims.Ledger(())
 
 

@@ -7,10 +7,12 @@
 * ``cluster`` - the one module that imports the Kubernetes client (ResourceSlices, Nodes).
 * ``publisher`` - makes the API hold exactly the slices ``slices`` built.
 * ``devices`` - pure: an allocated device name back to its chip and kind (whole, template, soft).
-* ``ledger`` - the claim ledger: which claim owns each vNPU the driver created.
-* ``cdi`` - the CDI spec of a prepared claim (Ascend's environment, device nodes).
+* ``ledger`` - the claim ledger (``vnpu_npu.claimledger``'s document), kept: which claim owns
+  each vNPU the driver created and each soft slice it prepared.
+* ``cdi`` - the CDI spec of a prepared claim (Ascend's environment, device nodes,
+  hami-vnpu-core's mounts for soft slices).
 * ``prepare`` - NodePrepareResources / NodeUnprepareResources per claim, and the reconcile.
 * ``plugin`` - the kubelet plugin: gRPC DRAPlugin and plugin Registration on unix sockets.
 
-Not yet: DeviceClasses, soft slices' hami-vnpu-core mounts (see docs/dra.md).
+Not yet: see docs/dra.md, "Not yet".
 """

@@ -3,14 +3,20 @@
     vnpu-dra-driver slices  --node NODE (--sim-dir DIR | --dcmi-library PATH) [--soft] [--server KIND]
     vnpu-dra-driver publish --node NODE ... [--kubeconfig FILE] [--interval SECONDS]
     vnpu-dra-driver serve   --node NODE ... [--kubelet-dir DIR] [--cdi-dir DIR] [--state-dir DIR]
+                            [--hami-core-dir DIR] [--hami-shared-dir DIR]
+                            [--interval SECONDS] [--reconcile-interval SECONDS]
 
 ``slices`` prints the slices as one JSON list (no API needed: what the driver would
 publish). ``publish`` writes them once, or every ``--interval`` seconds until stopped,
 re-reading the chips and their health each time. ``serve`` is the node agent: it reconciles
 the claim ledger with the API, serves the kubelet plugin (``plugin``) and republishes the
-slices every ``--interval`` seconds (default 30) until SIGTERM. The chip model is the chips' own (the
-catalog entry of the first chip) unless ``--model`` names one. Exit status: 0 done, 1 the
-chips or the API failed, 2 bad arguments.
+slices every ``--interval`` seconds (default 30) and at once when the kubelet registers it (a
+kubelet that starts, or loses the driver for 30 s, deletes the node's slices) until SIGTERM;
+every ``--reconcile-interval`` seconds (default 300) it reconciles the ledger again, so a
+claim the kubelet never unprepared does not hold its vNPUs. With ``--soft`` its soft slices'
+containers get hami-vnpu-core from ``--hami-core-dir`` and ``--hami-shared-dir``. The chip
+model is the chips' own (the catalog entry of the first chip) unless ``--model`` names one.
+Exit status: 0 done, 1 the chips or the API failed, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -27,7 +34,17 @@ from types import FrameType
 import structlog
 
 from vnpu_core import catalog, topology
-from vnpu_dra_driver import chips, cluster, errors, ledger, plugin, prepare, publisher, slices
+from vnpu_dra_driver import (
+    cdi,
+    chips,
+    cluster,
+    errors,
+    ledger,
+    plugin,
+    prepare,
+    publisher,
+    slices,
+)
 from vnpu_npu import backend
 from vnpu_npu import errors as npu_errors
 from vnpu_npu.dcmi import backend as dcmi_backend
@@ -64,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.choices["serve"]
     serve.add_argument("--interval", type=float, default=30.0, help="republish every SECONDS")
     serve.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=300.0,
+        help="unprepare claims the API no longer has allocated every SECONDS (default 300)",
+    )
+    serve.add_argument(
         "--kubelet-dir", type=Path, default=Path("/var/lib/kubelet"), help="the kubelet's root"
     )
     serve.add_argument(
@@ -74,6 +97,19 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path("/var/lib/vnpu-dra-driver"),
         help="where the claim ledger is kept",
+    )
+    serve.add_argument(
+        "--hami-core-dir",
+        type=Path,
+        default=Path("/usr/local/hami-vnpu-core"),
+        help="host directory of hami-vnpu-core: libvnpu.so, ld.so.preload, the soft"
+        " requests' directories (with --soft)",
+    )
+    serve.add_argument(
+        "--hami-shared-dir",
+        type=Path,
+        default=Path("/usr/local/hami-shared-region"),
+        help="host directory of hami-vnpu-core's shared region (with --soft)",
     )
     return parser
 
@@ -115,12 +151,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _stop_on_signals() -> threading.Event:
+def _stop_on_signals(*woken: threading.Event) -> threading.Event:
+    """An event set by SIGTERM or SIGINT (which set ``woken`` too)."""
     stop = threading.Event()
 
     def on_signal(number: int, _frame: FrameType | None) -> None:
         log.info("signal_received", signal=signal.Signals(number).name)
         stop.set()
+        for event in woken:
+            event.set()
 
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, on_signal)
@@ -129,13 +168,16 @@ def _stop_on_signals() -> threading.Event:
 
 def _serve(args: argparse.Namespace, npu: backend.Backend) -> int:
     api = cluster.KubeSlices.connect(args.kubeconfig)
-    stop = _stop_on_signals()
+    wake = threading.Event()  # a resync now: the kubelet registered us, or a signal came
+    stop = _stop_on_signals(wake)
     try:
         model = _model(args, chips.read(npu))
         book = ledger.Ledger(args.state_dir)
-        preparer = prepare.Preparer(args.node, npu, model, api, book, args.cdi_dir)
+        soft = cdi.SoftPaths(args.hami_core_dir, args.hami_shared_dir) if args.soft else None
+        preparer = prepare.Preparer(args.node, npu, model, api, book, args.cdi_dir, soft=soft)
         preparer.reconcile()
-        server = plugin.Plugin(preparer, args.kubelet_dir).start()
+        reconciled = time.monotonic()
+        server = plugin.Plugin(preparer, args.kubelet_dir, on_registered=wake.set).start()
         try:
             pool = publisher.Publisher(api)
             while True:
@@ -143,7 +185,12 @@ def _serve(args: argparse.Namespace, npu: backend.Backend) -> int:
                     pool.publish(args.node, _build(args, npu))
                 except (errors.PublishError, npu_errors.NpuError) as exc:
                     log.warning("publish_failed", node=args.node, error=str(exc))
-                if stop.wait(args.interval):
+                if time.monotonic() - reconciled >= args.reconcile_interval:
+                    preparer.reconcile()
+                    reconciled = time.monotonic()
+                wake.wait(args.interval)
+                wake.clear()
+                if stop.is_set():
                     return 0
         finally:
             server.stop()

@@ -5,21 +5,29 @@
 ``npu.vnpu.io/claim=<claim uid>-<device>``. The container runtime applies the spec's own
 ``containerEdits`` (the chips' shared control nodes) and each named device's.
 
-The environment is Ascend's runtime contract, as ``vnpu_device_plugin.environment`` hands it
-out in managed mode (the driver created the vNPU, so the runtime must not create another)::
+The environment and mounts are what ``vnpu_device_plugin.environment`` hands out in classic
+mode's managed mode (the driver created the vNPU, so the runtime must not create another)::
 
     whole chips   ASCEND_VISIBLE_DEVICES=<physical ids>
     vNPUs         ASCEND_VISIBLE_DEVICES=<vNPU ids>, ASCEND_RUNTIME_OPTIONS=VIRTUAL
     soft slices   ASCEND_VISIBLE_DEVICES=<physical ids>, NPU_MEM_QUOTA (MiB), NPU_PRIORITY,
-                  NPU_GLOBAL_SHM_PATH, NPU_LOCAL_SHM_PATH (hami-vnpu-core's variables)
+                  NPU_GLOBAL_SHM_PATH, NPU_LOCAL_SHM_PATH (hami-vnpu-core's variables), and
+                  hami-vnpu-core's mounts: read-only npu-smi, the driver's install info,
+                  libraries and version, the hami-vnpu-core directory and its ld.so.preload
+                  over /etc/ld.so.preload; read-write the shared region and the request's
+                  own directory ``<hami-core dir>/containers/<claim uid>_<request>``
 
 A variable holds every device of the claim *request*: each device of a request carries the
 whole request's list, so a container that names the request sees all of them whichever
-device's edits the runtime applies last. Device nodes: ``/dev/davinci<phy>`` for a whole chip
-or a soft slice, ``/dev/vdavinci<vNPU id>`` for a vNPU; the spec adds ``/dev/davinci_manager``,
-``/dev/devmm_svm`` and ``/dev/hisi_hdc`` once. The spec's annotations name the claim, so a
-spec found after a restart says whose it is. ``spec`` is pure; ``write``, ``remove`` and
-``claims`` do the file I/O (a write is a rename over the old file).
+device's edits the runtime applies last (the mounts of a request's devices are the same, so
+the last one applied changes nothing). A claim is the unit DRA shares, so every container of
+every pod using one soft request shares its directory, as they share its quota. Device
+nodes: ``/dev/davinci<phy>`` for a whole chip or a soft slice, ``/dev/vdavinci<vNPU id>`` for
+a vNPU; the spec adds ``/dev/davinci_manager``, ``/dev/devmm_svm`` and ``/dev/hisi_hdc`` once.
+Mounts are bind mounts with the options the CRI gives a device plugin's mounts (``rbind``,
+``rprivate``, ``ro``/``rw``). The spec's annotations name the claim, so a spec found after a
+restart says whose it is. ``spec`` is pure; ``write``, ``remove`` and ``claims`` do the file
+I/O (a write is a rename over the old file).
 """
 
 from __future__ import annotations
@@ -49,6 +57,40 @@ MEM_QUOTA = "NPU_MEM_QUOTA"
 PRIORITY = "NPU_PRIORITY"
 GLOBAL_SHM_PATH = "NPU_GLOBAL_SHM_PATH"
 LOCAL_SHM_PATH = "NPU_LOCAL_SHM_PATH"
+
+SHARED_MOUNT = "/hami-shared-region"
+CORE_MOUNT = "/hami-vnpu-core"
+LOCAL_MOUNT = "/hami-vnpu-shmem"
+PRELOAD = "/etc/ld.so.preload"
+DRIVER_FILES = (
+    "/usr/local/bin/npu-smi",
+    "/etc/ascend_install.info",
+    "/usr/local/Ascend/driver/lib64/driver",
+    "/usr/local/Ascend/driver/version.info",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SoftPaths:
+    """Host directories of hami-vnpu-core on a node that shares its chips as soft slices."""
+
+    core_dir: Path  # libvnpu.so, ld.so.preload and the per-request directories
+    shared_dir: Path  # the shared region (each chip's global registry)
+
+    @property
+    def requests_dir(self) -> Path:
+        return self.core_dir / "containers"
+
+    def request_dir(self, claim_uid: str, request: str) -> Path:
+        """The directory the containers of one soft request share (``/hami-vnpu-shmem``)."""
+        return self.requests_dir / f"{claim_uid}_{request}"
+
+    def claim_dirs(self, claim_uid: str) -> list[Path]:
+        """The directories of the claim's requests that exist."""
+        if not claim_uid or not self.requests_dir.is_dir():
+            return []
+        prefix = f"{claim_uid}_"
+        return sorted(p for p in self.requests_dir.iterdir() if p.name.startswith(prefix))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +129,8 @@ def path(cdi_dir: Path, claim_uid: str) -> Path:
 
 
 def env(request: Sequence[Given]) -> list[str]:
-    """The variables every device of one request carries (``prepare`` made the kinds agree)."""
+    """The variables every device of one request carries (``prepare`` made the kinds agree):
+    a soft request's quota, priority and registry are its first device's, as HAMi's."""
     visible = ",".join(g.visible for g in request)
     first = request[0]
     if first.target.kind == "template":
@@ -97,27 +140,59 @@ def env(request: Sequence[Given]) -> list[str]:
             f"{VISIBLE_DEVICES}={visible}",
             f"{MEM_QUOTA}={first.memory_mib}",
             f"{PRIORITY}={first.core_percent}",
-            f"{GLOBAL_SHM_PATH}=/hami-shared-region/{first.target.phy}_global_registry",
-            f"{LOCAL_SHM_PATH}=/hami-vnpu-shmem/vnpu_local_shmem",
+            f"{GLOBAL_SHM_PATH}={SHARED_MOUNT}/{first.target.phy}_global_registry",
+            f"{LOCAL_SHM_PATH}={LOCAL_MOUNT}/vnpu_local_shmem",
         ]
     return [f"{VISIBLE_DEVICES}={visible}"]
 
 
-def spec(namespace: str, claim: str, claim_uid: str, given: Sequence[Given]) -> Json:
-    """The CDI spec of one claim's prepared devices."""
+def mount(container_path: str, host_path: Path | str, *, read_only: bool) -> Json:
+    """A bind mount, as the CRI makes a device plugin's (``rbind``, ``rprivate``)."""
+    return {
+        "hostPath": str(host_path),
+        "containerPath": container_path,
+        "type": "bind",
+        "options": ["rbind", "rprivate", "ro" if read_only else "rw"],
+    }
+
+
+def mounts(paths: SoftPaths, claim_uid: str, request: str) -> list[Json]:
+    """hami-vnpu-core's mounts for the containers of one soft request."""
+    found = [mount(p, p, read_only=True) for p in DRIVER_FILES]
+    found += [
+        mount(CORE_MOUNT, paths.core_dir, read_only=True),
+        mount(PRELOAD, paths.core_dir / "ld.so.preload", read_only=True),
+        mount(SHARED_MOUNT, paths.shared_dir, read_only=False),
+        mount(LOCAL_MOUNT, paths.request_dir(claim_uid, request), read_only=False),
+    ]
+    return found
+
+
+def spec(
+    namespace: str,
+    claim: str,
+    claim_uid: str,
+    given: Sequence[Given],
+    soft: SoftPaths | None = None,
+) -> Json:
+    """The CDI spec of one claim's prepared devices; ``soft`` is needed when one is a soft
+    slice (ValueError without it)."""
     by_request: dict[str, list[Given]] = {}
     for item in given:
         by_request.setdefault(item.request, []).append(item)
-    entries = [
-        {
-            "name": device_name(claim_uid, item.target.device),
-            "containerEdits": {
-                "env": env(by_request[item.request]),
-                "deviceNodes": [{"path": item.node}],
-            },
+    entries = []
+    for item in given:
+        edits: Json = {
+            "env": env(by_request[item.request]),
+            "deviceNodes": [{"path": item.node}],
         }
-        for item in given
-    ]
+        if item.target.kind == "soft":
+            if soft is None:
+                raise ValueError(f"soft device {item.target.device} without hami-vnpu-core paths")
+            edits["mounts"] = mounts(soft, claim_uid, item.request)
+        entries.append(
+            {"name": device_name(claim_uid, item.target.device), "containerEdits": edits}
+        )
     return {
         "cdiVersion": VERSION,
         "kind": KIND,

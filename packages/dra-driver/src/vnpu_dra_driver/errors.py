@@ -11,6 +11,7 @@ gRPC server turns it into that claim's ``error`` in the answer (the kubelet retr
     ├── PublishError    the pool could not be written (node, reason; retryable)
     ├── ClaimError      a claim cannot be (un)prepared (claim, device, reason; retryable)
     │   └── DeviceError an allocated device this node cannot give (device, reason)
+    │       └── CapacityError  a soft slice asks what its chip cannot give (field, value)
     └── ClaimLedgerError the claim ledger cannot be read or written (path, reason)
 """
 
@@ -62,6 +63,16 @@ class DeviceError(ClaimError):
 
     def __init__(self, claim: str, device: str, reason: str) -> None:
         super().__init__(claim, reason, device=device, retryable=False)
+
+
+class CapacityError(DeviceError):
+    """A soft device of ``claim`` whose consumed capacity ``field`` (``memory``,
+    ``corePercent``) is ``value``, which its chip cannot give: ``reason``."""
+
+    def __init__(self, claim: str, device: str, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(claim, device, f"consumedCapacity {field} {value}: {reason}")
 
 
 class ClaimLedgerError(DraDriverError):

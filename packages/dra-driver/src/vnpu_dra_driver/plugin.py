@@ -5,7 +5,9 @@ driver's endpoint, ``<kubelet dir>/plugins/npu.vnpu.io/dra.sock``, and then the 
 registration service on ``<kubelet dir>/plugins_registry/npu.vnpu.io-reg.sock``: the kubelet
 watches that directory, dials the new socket, asks ``GetInfo`` (type ``DRAPlugin``, name
 ``npu.vnpu.io``, the endpoint, ``v1.DRAPlugin``) and reports its verdict through
-``NotifyRegistrationStatus``, which is logged. ``stop`` removes both sockets, so the kubelet
+``NotifyRegistrationStatus``, which is logged and, when it registered the driver, calls
+``on_registered`` (``__main__`` publishes the slices again: a kubelet deletes the node's slices
+when it starts and when it lost the driver). ``stop`` removes both sockets, so the kubelet
 unregisters the driver.
 
 Each claim of a call is answered on its own (keyed by its uid): an ``errors.ClaimError``
@@ -16,6 +18,7 @@ once with the claim and answered as an internal error. ``__main__`` builds it wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -98,9 +101,12 @@ class DraService(dra_grpc.DRAPluginServicer):
 class RegistrationService(reg_grpc.RegistrationServicer):
     """Who the plugin is, for the kubelet's plugin watcher."""
 
-    def __init__(self, name: str, endpoint_path: Path) -> None:
+    def __init__(
+        self, name: str, endpoint_path: Path, on_registered: Callable[[], None] | None = None
+    ) -> None:
         self._name = name
         self._endpoint = endpoint_path
+        self._on_registered = on_registered
         self.statuses: list[reg.RegistrationStatus] = []
 
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
@@ -117,6 +123,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.statuses.append(request)
         if request.plugin_registered:
             log.info("plugin_registered", driver=self._name)
+            if self._on_registered is not None:
+                self._on_registered()
         else:
             log.error("plugin_registration_refused", driver=self._name, error=request.error)
         return reg.RegistrationStatusResponse()
@@ -126,12 +134,16 @@ class Plugin:
     """The two servers of driver ``driver`` under ``kubelet_dir``."""
 
     def __init__(
-        self, preparer: prepare.Preparer, kubelet_dir: Path, driver: str = slices.DRIVER
+        self,
+        preparer: prepare.Preparer,
+        kubelet_dir: Path,
+        driver: str = slices.DRIVER,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         self.endpoint = endpoint(kubelet_dir, driver)
         self.registration = registration(kubelet_dir, driver)
         self._dra = DraService(preparer)
-        self.registrar = RegistrationService(driver, self.endpoint)
+        self.registrar = RegistrationService(driver, self.endpoint, on_registered)
         self._servers: list[grpc.Server] = []
 
     def start(self) -> Plugin:

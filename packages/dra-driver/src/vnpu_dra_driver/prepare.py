@@ -5,17 +5,24 @@ NodePrepareResources call and ``Preparer.unprepare`` for each of a NodeUnprepare
 call; ``__main__`` calls ``reconcile`` once before serving. One lock orders all of them.
 
 ``prepare`` reads the claim from the API and checks its uid, takes the allocation results of
-this driver and this node's pool and maps each device to its chip and kind (``devices``),
-refusing the whole claim before anything is made when one device is not this node's. For
-each template device it then makes sure a vNPU exists, ledger first: an ``intent`` record
-naming a free vNPU id is written durably, the vNPU is created with that id, and the record
-becomes ``owned``. A device that already has a record (a second Prepare, or one after a
-crash) keeps its vNPU, or gets it created again under the recorded id if it is gone. If a
-create fails, the vNPUs this call made are destroyed and their records dropped. Last, the
-claim's CDI spec is written (``cdi``) and the CDI device ids returned.
+this driver and this node's pool and maps each device to its chip and kind (``devices``).
+It refuses the whole claim before anything is made when one device is not this node's, is
+allocated twice, or does not fit the node's mode: a soft device of a node that is not in
+soft mode, a whole chip or vNPU of one that is, a soft slice whose ``consumedCapacity`` asks
+memory outside 1 MiB..the chip's allocatable memory or a core share outside 0-100
+(``errors.CapacityError`` naming the value). For each template device it then makes sure a
+vNPU exists, ledger first: an ``intent`` record naming a free vNPU id is written durably, the
+vNPU is created with that id, and the record becomes ``owned``. A device that already has a
+record (a second Prepare, or one after a crash) keeps its vNPU, or gets it created again
+under the recorded id if it is gone. If a create fails, the vNPUs this call made are
+destroyed and their records dropped. A soft device gets an ``owned`` record of its memory and
+core share (nothing is made on the chip: hami-vnpu-core enforces the slice in the
+container), and each soft request its directory under the hami-vnpu-core directory. Last,
+the claim's CDI spec is written (``cdi``) and the CDI device ids returned.
 
 ``unprepare`` destroys the claim's vNPUs (one another claim's record also names is kept),
-drops their records and removes the spec; a claim it does not know is already unprepared.
+drops their records and a soft slice's (nothing to release on the chip), removes the soft
+requests' directories and the spec; a claim it does not know is already unprepared.
 ``reconcile`` unprepares every claim the ledger or the CDI directory names that the API no
 longer has allocated under that uid, and drops intent records whose vNPU was never created.
 Failures are ``errors.ClaimError`` naming the claim (and the device, when one is at fault).
@@ -23,10 +30,12 @@ Failures are ``errors.ClaimError`` naming the claim (and the device, when one is
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +44,7 @@ import structlog
 from vnpu_core import catalog, quantities
 from vnpu_core import errors as core_errors
 from vnpu_dra_driver import cdi, cluster, devices, errors, ledger, slices
-from vnpu_npu import backend, limits
+from vnpu_npu import backend, claimledger, limits
 from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
 
@@ -70,6 +79,14 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
+class SoftAsk:
+    """What a soft device's allocation result asks of its chip."""
+
+    memory_mib: int
+    core_percent: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciled:
     """What ``reconcile`` did: claims unprepared, intents dropped, claims it could not judge."""
 
@@ -79,7 +96,11 @@ class Reconciled:
 
 
 class Preparer:
-    """Claims of ``node`` prepared with ``npu`` (chips of ``model``), owners kept in ``book``."""
+    """Claims of ``node`` prepared with ``npu`` (chips of ``model``), owners kept in ``book``.
+
+    ``soft`` (hami-vnpu-core's host directories) says the node shares its chips as soft
+    slices, as ``slices.build(soft=True)`` publishes them; None: whole chips and vNPUs.
+    """
 
     def __init__(
         self,
@@ -90,6 +111,8 @@ class Preparer:
         book: ledger.Ledger,
         cdi_dir: Path,
         clock: Callable[[], float] = time.time,
+        *,
+        soft: cdi.SoftPaths | None = None,
     ) -> None:
         self._node = node
         self._npu = npu
@@ -98,6 +121,7 @@ class Preparer:
         self._book = book
         self._cdi_dir = cdi_dir
         self._clock = clock
+        self._soft = soft
         self._lock = threading.Lock()
 
     # -- Prepare -------------------------------------------------------------------------
@@ -121,8 +145,11 @@ class Preparer:
                 for r in results
             ]
             _check_kinds(ref, targets)
-            given = self._make(ref, chips, targets)
-            document = cdi.spec(ref.namespace, ref.name, ref.uid, given)
+            _check_once(ref, targets)
+            asks = self._check_modes(ref, targets)
+            given = self._make(ref, chips, targets, asks)
+            self._make_dirs(ref, given)
+            document = cdi.spec(ref.namespace, ref.name, ref.uid, given, self._soft)
             try:
                 cdi.write(self._cdi_dir, ref.uid, document)
             except OSError as exc:
@@ -180,22 +207,95 @@ class Preparer:
                 )
         return results
 
+    def _check_modes(
+        self, ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]
+    ) -> dict[str, SoftAsk]:
+        """What each soft device asks, checked; a device that does not fit the node's mode
+        (soft slices, or whole chips and vNPUs) is refused."""
+        asks: dict[str, SoftAsk] = {}
+        for _request, result, target in targets:
+            if target.kind == "soft":
+                asks[target.device] = self._soft_ask(ref, result, target)
+            elif self._soft is not None:
+                what = "a whole chip" if target.kind == "whole" else f"a {target.template} vNPU"
+                raise errors.DeviceError(
+                    ref.who,
+                    target.device,
+                    f"{what} of chip {target.phy}, which is in soft mode: this node shares its"
+                    " chips as soft slices only",
+                )
+        return asks
+
+    def _soft_ask(self, ref: ClaimRef, result: Json, target: devices.Target) -> SoftAsk:
+        """The memory and core share ``result`` consumes of its chip (the device's
+        requestPolicy defaults when it names none), checked against the chip."""
+        consumed = result.get("consumedCapacity") or {}
+        if not isinstance(consumed, dict):
+            raise errors.DeviceError(
+                ref.who, target.device, f"consumedCapacity is not a map: {consumed!r}"
+            )
+        allocatable = self._model.memory_allocatable_mib
+        memory = consumed.get(slices.MEMORY, slices.mib(allocatable))
+        cores = consumed.get(slices.CORE_PERCENT, "0")
+        if self._soft is None:
+            raise errors.DeviceError(
+                ref.who,
+                target.device,
+                f"a soft slice ({slices.MEMORY} {memory}, {slices.CORE_PERCENT} {cores}) of"
+                f" chip {target.phy}, which is not in soft mode: this node shares its chips"
+                " whole and as vNPUs",
+            )
+        memory_bytes = _quantity(ref, target, slices.MEMORY, memory)
+        if memory_bytes % _MIB:
+            raise errors.CapacityError(
+                ref.who, target.device, slices.MEMORY, memory, "not a whole number of MiB"
+            )
+        memory_mib = int(memory_bytes // _MIB)
+        if not 1 <= memory_mib <= allocatable:
+            raise errors.CapacityError(
+                ref.who,
+                target.device,
+                slices.MEMORY,
+                memory,
+                f"not within 1Mi..{slices.mib(allocatable)},"
+                f" the allocatable memory of chip {target.phy}",
+            )
+        share = _quantity(ref, target, slices.CORE_PERCENT, cores)
+        if share.denominator != 1 or not 0 <= share <= 100:
+            raise errors.CapacityError(
+                ref.who, target.device, slices.CORE_PERCENT, cores, "not a whole percentage 0-100"
+            )
+        return SoftAsk(memory_mib, int(share))
+
     def _make(
         self,
         ref: ClaimRef,
         chips: dict[int, backend.ChipInfo],
         targets: list[tuple[str, Json, devices.Target]],
+        asks: dict[str, SoftAsk],
     ) -> list[cdi.Given]:
         recorded = {r.device: r for r in self._book.of_claim(ref.uid)}
-        made: list[ledger.Record] = []
+        made: list[claimledger.Record] = []
         given: list[cdi.Given] = []
         try:
             for request, result, target in targets:
+                chip = chips[target.phy]
                 if target.kind == "template":
-                    record = self._vnpu(ref, request, target, chips[target.phy], recorded, made)
+                    record = self._vnpu(ref, request, target, chip, recorded, made)
                     given.append(cdi.Given(request, target, vnpu_id=record.vnpu_id))
                 elif target.kind == "soft":
-                    given.append(self._soft(ref, request, result, target))
+                    ask = asks[target.device]
+                    record = self._slice(ref, request, target, chip, ask, recorded, made)
+                    share_id = result.get("shareID")
+                    given.append(
+                        cdi.Given(
+                            request,
+                            target,
+                            memory_mib=record.memory_mib,
+                            core_percent=record.core_percent,
+                            share_id=str(share_id) if share_id else None,
+                        )
+                    )
                 else:
                     given.append(cdi.Given(request, target))
         except BaseException:
@@ -203,15 +303,85 @@ class Preparer:
             raise
         return given
 
+    def _slice(
+        self,
+        ref: ClaimRef,
+        request: str,
+        target: devices.Target,
+        chip: backend.ChipInfo,
+        ask: SoftAsk,
+        recorded: dict[str, claimledger.Record],
+        made: list[claimledger.Record],
+    ) -> claimledger.Record:
+        """The soft slice's record: the one the ledger has when it says the same, else a new
+        one written durably."""
+        wanted = claimledger.soft_slice(
+            claim_uid=ref.uid,
+            namespace=ref.namespace,
+            claim=ref.name,
+            request=request,
+            device=target.device,
+            chip=chip.phy_id,
+            chip_uuid=chip.uuid,
+            memory_mib=ask.memory_mib,
+            core_percent=ask.core_percent,
+            created_at=self._clock(),
+        )
+        record = recorded.get(target.device)
+        if record is not None:
+            if not record.soft:
+                raise errors.ClaimError(
+                    ref.who,
+                    f"the ledger has it as vNPU {record.vnpu_id} on chip {record.chip}",
+                    device=target.device,
+                    retryable=False,
+                )
+            same = (record.request, record.chip, record.memory_mib, record.core_percent)
+            if same == (request, chip.phy_id, ask.memory_mib, ask.core_percent):
+                log.info("soft_slice_reused", claim=ref.who, device=target.device)
+                return record
+            # Allocated anew under the same uid (deallocated meanwhile): the claim's size now.
+            self._book.replace(record, wanted)
+        else:
+            self._book.add(wanted)
+            made.append(wanted)
+        log.info(
+            "soft_slice_recorded",
+            claim=ref.who,
+            device=target.device,
+            chip=chip.phy_id,
+            memory_mib=ask.memory_mib,
+            core_percent=ask.core_percent,
+        )
+        return wanted
+
+    def _make_dirs(self, ref: ClaimRef, given: list[cdi.Given]) -> None:
+        """The directory of each soft request (mounted at ``/hami-vnpu-shmem``)."""
+        if self._soft is None:
+            return
+        parent = self._soft.requests_dir
+        for request in sorted({g.request for g in given if g.target.kind == "soft"}):
+            directory = self._soft.request_dir(ref.uid, request)
+            if directory.parent != parent or directory.name in ("", ".", ".."):
+                raise errors.ClaimError(  # request names are DNS labels: a second fence
+                    ref.who, f"request {request!r} names no directory in {parent}", retryable=False
+                )
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise errors.ClaimError(
+                    ref.who, f"cannot create {directory}: {exc}", retryable=True
+                ) from exc
+
     def _vnpu(
         self,
         ref: ClaimRef,
         request: str,
         target: devices.Target,
         chip: backend.ChipInfo,
-        recorded: dict[str, ledger.Record],
-        made: list[ledger.Record],
-    ) -> ledger.Record:
+        recorded: dict[str, claimledger.Record],
+        made: list[claimledger.Record],
+    ) -> claimledger.Record:
         assert target.template is not None
         record = recorded.get(target.device)
         if record is not None:
@@ -224,20 +394,20 @@ class Preparer:
                 )
             existing = {v.vnpu_id: v for v in self._npu.vnpus(chip.phy_id)}
             if record.vnpu_id in existing:
-                if record.state is ledger.State.INTENT:
-                    owned = ledger.owned(record, record.vnpu_id)
+                if record.state is claimledger.State.INTENT:
+                    owned = claimledger.owned(record)
                     self._book.replace(record, owned)
                     record = owned
                 log.info("vnpu_reused", claim=ref.who, device=target.device, vnpu=record.vnpu_id)
                 return record
             # Recorded but gone (a crash before the create, or the node rebooted): same id.
             self._create(ref, record, chip)
-            owned = ledger.owned(record, record.vnpu_id)
+            owned = claimledger.owned(record)
             self._book.replace(record, owned)
             made.append(owned)
             return owned
         for attempt in range(_ID_TRIES):
-            intent = ledger.Record(
+            intent = claimledger.Record(
                 claim_uid=ref.uid,
                 namespace=ref.namespace,
                 claim=ref.name,
@@ -247,7 +417,7 @@ class Preparer:
                 chip_uuid=chip.uuid,
                 vnpu_id=self._free_id(ref, target, chip),
                 template=target.template,
-                state=ledger.State.INTENT,
+                state=claimledger.State.INTENT,
                 created_at=self._clock(),
             )
             self._book.add(intent)
@@ -264,13 +434,13 @@ class Preparer:
             except BaseException:
                 self._book.remove(intent)
                 raise
-            owned = ledger.owned(intent, intent.vnpu_id)
+            owned = claimledger.owned(intent)
             self._book.replace(intent, owned)
             made.append(owned)
             return owned
         raise AssertionError("unreachable")
 
-    def _create(self, ref: ClaimRef, record: ledger.Record, chip: backend.ChipInfo) -> None:
+    def _create(self, ref: ClaimRef, record: claimledger.Record, chip: backend.ChipInfo) -> None:
         """Create the vNPU ``record`` names; InvalidVnpuRequest passes, other failures become
         ``ClaimError``."""
         try:
@@ -304,7 +474,7 @@ class Preparer:
 
     def _free_id(self, ref: ClaimRef, target: devices.Target, chip: backend.ChipInfo) -> int:
         taken = {v.vnpu_id for v in self._npu.vnpus(chip.phy_id)}
-        taken |= {r.vnpu_id for r in self._book.records() if r.chip == chip.phy_id}
+        taken |= {r.vnpu_id for r in self._book.vnpus(chip.phy_id)}
         for vnpu_id in limits.id_range(chip.chip_name, chip.phy_id):
             if vnpu_id not in taken:
                 return vnpu_id
@@ -315,29 +485,10 @@ class Preparer:
             retryable=True,
         )
 
-    def _soft(self, ref: ClaimRef, request: str, result: Json, target: devices.Target) -> cdi.Given:
-        consumed = result.get("consumedCapacity") or {}
-        try:
-            memory = quantities.parse(
-                consumed.get("memory", slices.mib(self._model.memory_allocatable_mib))
-            )
-            share = quantities.parse(consumed.get("corePercent", "0"))
-        except core_errors.QuantityError as exc:
-            raise errors.ClaimError(
-                ref.who, f"consumedCapacity: {exc}", device=target.device, retryable=False
-            ) from exc
-        share_id = result.get("shareID")
-        return cdi.Given(
-            request,
-            target,
-            memory_mib=int(memory.value // _MIB),
-            core_percent=int(share.value),
-            share_id=str(share_id) if share_id else None,
-        )
-
-    def _roll_back(self, made: Iterable[ledger.Record]) -> None:
+    def _roll_back(self, made: Iterable[claimledger.Record]) -> None:
         for record in made:
-            self._destroy_quietly(record, "rollback")
+            if not record.soft:
+                self._destroy_quietly(record, "rollback")
             self._book.remove(record)
 
     # -- Unprepare -----------------------------------------------------------------------
@@ -349,39 +500,60 @@ class Preparer:
 
     def _unprepare(self, uid: str, who: str, reason: str) -> None:
         for record in self._book.of_claim(uid):
-            others = [o for o in self._book.owners(record.vnpu) if o.claim_uid != uid]
-            if others:
-                log.warning(
-                    "vnpu_kept_for_other_owner",
-                    claim=who,
-                    chip=record.chip,
-                    vnpu=record.vnpu_id,
-                    owners=[o.who for o in others],
-                )
-            else:
-                try:
-                    self._npu.destroy_vnpu(record.chip, record.vnpu_id)
-                except npu_errors.VnpuNotFound:
-                    pass
-                except npu_errors.NpuError as exc:
-                    raise errors.ClaimError(
-                        who,
-                        f"cannot destroy vNPU {record.vnpu_id} on chip {record.chip}: {exc}",
-                        device=record.device,
-                        retryable=True,
-                    ) from exc
+            if record.soft:  # hami-vnpu-core holds it in the container: nothing on the chip
                 log.info(
-                    "vnpu_destroyed",
+                    "soft_slice_released",
                     claim=who,
                     chip=record.chip,
-                    vnpu=record.vnpu_id,
+                    device=record.device,
                     reason=reason,
                 )
+            else:
+                self._release_vnpu(record, who, reason)
             self._book.remove(record)
+        self._remove_dirs(uid, who)
         cdi.remove(self._cdi_dir, uid)
         log.info("claim_unprepared", claim=who, uid=uid, reason=reason)
 
-    def _destroy_quietly(self, record: ledger.Record, reason: str) -> None:
+    def _release_vnpu(self, record: claimledger.Record, who: str, reason: str) -> None:
+        """Destroy ``record``'s vNPU unless another claim's record names it too."""
+        others = [o for o in self._book.owners(record.vnpu) if o.claim_uid != record.claim_uid]
+        if others:
+            log.warning(
+                "vnpu_kept_for_other_owner",
+                claim=who,
+                chip=record.chip,
+                vnpu=record.vnpu_id,
+                owners=[o.who for o in others],
+            )
+            return
+        try:
+            self._npu.destroy_vnpu(record.chip, record.vnpu_id)
+        except npu_errors.VnpuNotFound:
+            pass
+        except npu_errors.NpuError as exc:
+            raise errors.ClaimError(
+                who,
+                f"cannot destroy vNPU {record.vnpu_id} on chip {record.chip}: {exc}",
+                device=record.device,
+                retryable=True,
+            ) from exc
+        log.info("vnpu_destroyed", claim=who, chip=record.chip, vnpu=record.vnpu_id, reason=reason)
+
+    def _remove_dirs(self, uid: str, who: str) -> None:
+        """Remove the claim's soft request directories; one that stays is logged (it holds
+        nothing the next claim reads: each claim's directories are its own)."""
+        if self._soft is None:
+            return
+        for directory in self._soft.claim_dirs(uid):
+            try:
+                shutil.rmtree(directory)
+            except OSError as exc:
+                log.warning("soft_dir_not_removed", claim=who, path=str(directory), error=str(exc))
+            else:
+                log.info("soft_dir_removed", claim=who, path=str(directory))
+
+    def _destroy_quietly(self, record: claimledger.Record, reason: str) -> None:
         try:
             self._npu.destroy_vnpu(record.chip, record.vnpu_id)
         except npu_errors.VnpuNotFound:
@@ -440,8 +612,8 @@ class Preparer:
             return outcome
 
     def _drop_uncreated_intents(self) -> tuple[tuple[int, int], ...]:
-        intents = [r for r in self._book.records() if r.state is ledger.State.INTENT]
-        dropped: list[ledger.Record] = []
+        intents = [r for r in self._book.records() if r.state is claimledger.State.INTENT]
+        dropped: list[claimledger.Record] = []
         for record in intents:
             try:
                 present = {v.vnpu_id for v in self._npu.vnpus(record.chip)}
@@ -449,7 +621,7 @@ class Preparer:
                 log.warning("chip_unreadable", chip=record.chip, error=str(exc))
                 continue
             if record.vnpu_id in present:
-                self._book.replace(record, ledger.owned(record, record.vnpu_id))
+                self._book.replace(record, claimledger.owned(record))
             else:
                 dropped.append(record)
         if dropped:
@@ -461,6 +633,30 @@ def _base_request(request: str) -> str:
     """The claim's request a result belongs to (``gpu/large`` -> ``gpu``, a firstAvailable
     subrequest): containers name top-level requests only."""
     return request.partition("/")[0]
+
+
+def _quantity(ref: ClaimRef, target: devices.Target, name: str, value: object) -> Fraction:
+    """Consumed capacity ``name`` = ``value`` as an exact number; ``errors.CapacityError``
+    when it is not a quantity."""
+    try:
+        return quantities.parse(value).value
+    except core_errors.QuantityError as exc:
+        raise errors.CapacityError(ref.who, target.device, name, value, str(exc)) from exc
+
+
+def _check_once(ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]) -> None:
+    """Refuse a claim that holds one device twice (two shares of one soft device): its CDI
+    device, its record and its container's ``ASCEND_VISIBLE_DEVICES`` name a device once."""
+    seen: dict[str, str] = {}
+    for request, _result, target in targets:
+        if target.device in seen:
+            raise errors.DeviceError(
+                ref.who,
+                target.device,
+                f"allocated twice (requests {seen[target.device]!r} and {request!r}): a claim"
+                " takes one slice of a chip",
+            )
+        seen[target.device] = request
 
 
 def _check_kinds(ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]) -> None:

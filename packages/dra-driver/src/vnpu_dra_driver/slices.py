@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vnpu_core import catalog, draclasses, topology
+from vnpu_core import catalog, draclaims, draclasses, topology
 from vnpu_dra_driver import errors
 from vnpu_npu import backend, faults
 
@@ -51,19 +51,13 @@ LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 SLOTS = "vnpus"
 MEMORY = "memory"
+CORE_PERCENT = "corePercent"  # a soft device's consumable share of the chip's AI cores
 MEDIA_COUNTERS = ("vpc", "vdec", "jpegd", "jpege", "venc")  # pngd has no budget on any model
 WHOLE = draclasses.WHOLE
 SOFT = draclasses.SOFT
 
-# The attribute naming a chip's group in each server layout; a PCIe server has no groups.
-GROUP_ATTRIBUTE: Mapping[topology.ServerKind, str] = {
-    topology.ServerKind.RING_910A_8: "ring",
-    topology.ServerKind.RING_910A_4: "ring",
-    topology.ServerKind.RINGS_910B_16: "ring",
-    topology.ServerKind.MESH_910B_8: "mesh",
-    topology.ServerKind.A3_PAIRS: "module",
-    topology.ServerKind.DUO_300I: "card",
-}
+# The attribute naming a chip's group in each server layout (claims' constraints name it too).
+GROUP_ATTRIBUTE = draclaims.GROUP_ATTRIBUTE
 
 # Fault level -> taint effect. Levels that leave the chip usable carry no taint; levels that
 # ask for a restart once work ends hold new work back; levels that reset or isolate the chip
@@ -280,7 +274,7 @@ def _soft_device(
                 "validRange": {"min": mib(1), "max": memory, "step": mib(1)},
             },
         },
-        "corePercent": {
+        CORE_PERCENT: {
             "value": "100",
             "requestPolicy": {
                 "default": "0",

@@ -17,12 +17,15 @@ most trusted first:
    without annotations is not reported.
 5. **PodResources, DRA mode** (``podresources.ClaimDevice``): each ``npu.vnpu.io`` device a
    container holds through a ResourceClaim is one allocation of that container; its name
-   says the chip and kind (``vnpu_core.draclasses.parse_device``), and for a template device the DRA driver's claim
-   ledger (``claims``) the vNPU id, checked against the driver's vNPUs as the device plugin's
-   ledger is (``ledger``; otherwise matching on the chip, as 3.). A claim shared by several
-   containers is one allocation of each, but held once on its chip (``usage``, ``unowned``,
-   ``Allocation.claim``). A soft slice's size is in the claim's allocation, which
-   PodResources does not carry: it holds 0 MiB and 0 cores here.
+   says the chip and kind (``vnpu_core.draclasses.parse_device``), and the DRA driver's claim
+   ledger (``vnpu_npu.claimledger``, read by ``claims``) says the rest: for a template device
+   the vNPU id, checked against the driver's vNPUs as the device plugin's ledger is
+   (``ledger``; otherwise matching on the chip, as 3.); for a soft slice its memory and core
+   share (the claim's ``consumedCapacity``, which PodResources does not carry), counted as a
+   classic soft slice of that memory and core percentage is. A soft slice the ledger does not
+   size (no ledger read, or no record of the device) holds 0 MiB and 0 cores here. A claim
+   shared by several containers is one allocation of each, but held once on its chip
+   (``usage``, ``unowned``, ``Allocation.claim``).
 
 A vNPU the driver has that no allocation accounts for is *unowned* (leaked, or not yet
 reclaimed). When the pods are unknown (the API failed), nothing here is computed: no
@@ -37,8 +40,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vnpu_core import catalog, draclasses, errors, inventory, ledger, protocol
-from vnpu_exporter import claims, metrics, ownership, podresources
-from vnpu_npu import backend
+from vnpu_exporter import metrics, ownership, podresources
+from vnpu_npu import backend, claimledger
 
 Kind = metrics.AllocationKind
 How = metrics.Attribution
@@ -68,6 +71,7 @@ class Allocation:
     vnpu_id: int | None = None
     attribution: metrics.Attribution = How.NOT_APPLICABLE
     claim: str = ""  # DRA mode: "<namespace>/<claim>/<device>", what is held; "" otherwise
+    core_percent: int = 0  # a soft slice: the core percentage it was given (0: none reserved)
 
     @property
     def share(self) -> float:
@@ -152,20 +156,9 @@ def _allocation(
     chip = chips.get(entry.uuid)
     phy = chip.phy_id if chip else None
     cores = chip.aicore if chip else model.aicore
-    held = ledger.entry_usage(model, entry, template, soft)
     if soft:
-        share = 100 if held.exclusive and entry.cores == 0 else min(entry.cores, 100)
-        return Allocation(
-            owner,
-            entry.uuid,
-            phy,
-            model,
-            Kind.SOFT,
-            "",
-            entry.memory_mib,
-            cores * share / 100,
-            cores,
-        )
+        return _soft_slice(owner, entry, phy, model, cores)
+    held = ledger.entry_usage(model, entry, template, soft)
     if held.exclusive:
         memory = chip.memory_mib if chip else model.memory_capacity_mib
         return Allocation(owner, entry.uuid, phy, model, Kind.WHOLE, "", memory, cores, cores)
@@ -183,6 +176,40 @@ def _allocation(
         None,
         How.MISSING,
     )
+
+
+def _soft_slice(
+    owner: Owner,
+    entry: protocol.DeviceEntry,
+    phy: int | None,
+    model: catalog.ChipModel,
+    cores: int,
+    claim: str = "",
+) -> Allocation:
+    """A soft slice of ``entry.memory_mib`` and ``entry.cores`` percent of a chip of ``cores``
+    AI cores: a slice that takes the whole chip with no share named holds all its cores."""
+    held = ledger.entry_usage(model, entry, None, soft=True)
+    share = 100 if held.exclusive and entry.cores == 0 else min(entry.cores, 100)
+    return Allocation(
+        owner,
+        entry.uuid,
+        phy,
+        model,
+        Kind.SOFT,
+        "",
+        entry.memory_mib,
+        cores * share / 100,
+        cores,
+        claim=claim,
+        core_percent=entry.cores,
+    )
+
+
+def _soft_entry(
+    chip_uuid: str, model: catalog.ChipModel, memory_mib: int, cores: int
+) -> protocol.DeviceEntry:
+    """A soft slice as the scheduler's annotation would name it (``UUID,Type,MiB,cores``)."""
+    return protocol.DeviceEntry(chip_uuid, model.common_word, memory_mib, cores)
 
 
 def _huawei_phy(device_id: str) -> int | None:
@@ -228,8 +255,8 @@ def distinct(allocations: Iterable[Allocation]) -> list[Allocation]:
 
 
 def _claim_record(
-    item: podresources.ClaimDevice, book: Mapping[tuple[str, str, str], list[claims.Record]]
-) -> claims.Record | None:
+    item: podresources.ClaimDevice, book: Mapping[tuple[str, str, str], list[claimledger.Record]]
+) -> claimledger.Record | None:
     """The claim ledger's record of ``item``'s device: of the claim's UID when the CDI ids say
     it (a claim deleted and made again under its name has a new one); None unless only one."""
     found = book.get((item.claim_namespace, item.claim, item.device), [])
@@ -253,11 +280,11 @@ def _claim_allocations(
     items: Iterable[podresources.ClaimDevice],
     by_phy: Mapping[int, backend.ChipInfo],
     models: catalog.Catalog,
-    records: Iterable[claims.Record],
+    records: Iterable[claimledger.Record],
 ) -> list[Allocation]:
     """One allocation per container and ``npu.vnpu.io`` device; devices of chips this node
     does not have, or names the driver does not publish for the chip's model, are left out."""
-    book: dict[tuple[str, str, str], list[claims.Record]] = defaultdict(list)
+    book: dict[tuple[str, str, str], list[claimledger.Record]] = defaultdict(list)
     for entry in records:
         book[(entry.namespace, entry.claim, entry.device)].append(entry)
     found: list[Allocation] = []
@@ -275,7 +302,7 @@ def _claim_allocations(
         if device.kind == "whole":
             found.append(base)
         elif device.kind == "soft":
-            found.append(replace(base, kind=Kind.SOFT, memory_mib=0, aicores=0.0))
+            found.append(_claim_slice(base, _claim_record(item, book)))
         elif template is not None:
             record = _claim_record(item, book)
             vnpu_id = None
@@ -295,12 +322,32 @@ def _claim_allocations(
     return found
 
 
+def _claim_slice(base: Allocation, record: claimledger.Record | None) -> Allocation:
+    """The soft slice ``base`` (a whole chip's allocation of a soft device) of the size its
+    claim ledger ``record`` says; of no size without a usable one. A record of another kind
+    or chip, or larger than the chip's allocatable memory (the driver refuses those), is not
+    usable."""
+    if (
+        record is None
+        or not record.soft
+        or record.chip != base.phy
+        or record.memory_mib > base.model.memory_allocatable_mib
+    ):
+        return replace(base, kind=Kind.SOFT, memory_mib=0, aicores=0.0)
+    entry = _soft_entry(base.chip_uuid, base.model, record.memory_mib, record.core_percent)
+    return _soft_slice(base.owner, entry, base.phy, base.model, base.chip_aicores, base.claim)
+
+
 def _claim_usage(item: Allocation) -> inventory.ChipUsage:
-    """What one DRA allocation holds on its chip, as the scheduler would count it."""
+    """What one DRA allocation holds on its chip, as the scheduler would count it (a soft
+    slice as ``vnpu_core.ledger`` counts a classic one)."""
     if item.kind is Kind.WHOLE:
         return inventory.ChipUsage(memory_mib=item.memory_mib, exclusive=True)
     if item.kind is Kind.SOFT:
-        return inventory.soft_usage(item.memory_mib, 0, exclusive=False)
+        if item.memory_mib == 0:  # not sized: one slice, of nothing known
+            return inventory.soft_usage(0, 0, exclusive=False)
+        entry = _soft_entry(item.chip_uuid, item.model, item.memory_mib, item.core_percent)
+        return ledger.entry_usage(item.model, entry, None, soft=True)
     return inventory.template_usage(ledger.template_from_name(item.model, item.template))
 
 
@@ -414,7 +461,7 @@ def attribute(
     owners: Sequence[ownership.Record] = (),
     models: catalog.Catalog = catalog.BUILTIN,
     memo: PodMemo | None = None,
-    claim_records: Sequence[claims.Record] = (),
+    claim_records: Sequence[claimledger.Record] = (),
 ) -> Result:
     """Everything held on ``node``'s chips; ``UNKNOWN`` when the pods are unknown.
 

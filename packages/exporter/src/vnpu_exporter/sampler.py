@@ -25,7 +25,7 @@ import structlog
 
 from vnpu_core import catalog, ledger
 from vnpu_exporter import claims, errors, metrics, ownership, podresources, pods, telemetry
-from vnpu_npu import backend
+from vnpu_npu import backend, claimledger
 from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
 
@@ -73,7 +73,7 @@ class Snapshot:
     pods: tuple[Json, ...] | None = None  # None: unknown (API failed or not configured)
     pod_resources: tuple[podresources.Assignment, ...] | None = None
     ownership: tuple[ownership.Record, ...] | None = None  # None: no ledger, or unreadable
-    claims: tuple[claims.Record, ...] | None = None  # the DRA driver's; None: none, or unreadable
+    claims: tuple[claimledger.Record, ...] | None = None  # DRA driver's; None: none or unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class Ledgers:
     """One refresh of the ``ownership`` group: each ledger configured (None: not configured)."""
 
     owners: tuple[ownership.Record, ...] | None = None
-    claims: tuple[claims.Record, ...] | None = None
+    claims: tuple[claimledger.Record, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +237,7 @@ class Sampler:
         """Both ledgers, whichever are configured; one that cannot be read fails the group
         (a node runs the device plugin or the DRA driver, so there is one in practice)."""
         owners: tuple[ownership.Record, ...] | None = None
-        claim_records: tuple[claims.Record, ...] | None = None
+        claim_records: tuple[claimledger.Record, ...] | None = None
         skipped = 0
         if self.ledger_source is not None:
             found = self.ledger_source.read()

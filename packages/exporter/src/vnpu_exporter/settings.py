@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     device_plugin_state_dir: Path | None = None
     """The device plugin's --state-dir, to read its vNPU ownership ledger (managed mode)."""
     dra_state_dir: Path | None = None
-    """The DRA driver's --state-dir, to read its claim ledger (DRA mode): the vNPU of each claim."""
+    """The DRA driver's --state-dir, to read its claim ledger (DRA mode): vNPUs and soft slices."""
     host: str = "0.0.0.0"
     """Address the HTTP listener binds to."""
     port: int = pydantic.Field(default=9400, ge=0, le=65535)

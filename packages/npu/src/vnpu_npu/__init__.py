@@ -9,6 +9,8 @@
 * ``statefile`` - node-local state files: replaced whole by a rename, read or refused by path.
 * ``ledger`` - the vNPU ownership ledger's document, which the device plugin writes and the
   exporter reads.
+* ``claimledger`` - the DRA driver's claim ledger document (its vNPUs and soft slices by
+  claim), which the DRA driver writes and the exporter reads.
 
 The device plugin and the exporter both import this package, so it stays free of gRPC,
 Kubernetes and Prometheus (an import-linter contract checks it).

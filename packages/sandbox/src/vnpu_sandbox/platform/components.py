@@ -322,7 +322,17 @@ def _dra_driver(
         node.name,
         "--sim-dir",
         str(dirs.sim),
-        *(("--soft",) if node.soft else ()),
+        *(
+            (
+                "--soft",
+                "--hami-core-dir",
+                str(dirs.hami_core),
+                "--hami-shared-dir",
+                str(dirs.hami_shared),
+            )
+            if node.soft
+            else ()
+        ),
         "--kubelet-dir",
         str(dirs.root),
         "--cdi-dir",
