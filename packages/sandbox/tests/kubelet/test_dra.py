@@ -6,6 +6,7 @@ sockets, ResourceClaims allocated and reserved through the real API as kube-sche
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -401,3 +402,89 @@ def test_after_a_kubelet_restart_drivers_register_again_and_claims_stay_prepared
     pods.delete("train")
     wait(lambda: driver.unprepared_names() == ["c1"], what="unprepared after the restart")
     assert driver.prepared_names() == ["c1"]
+
+
+class Slices:
+    """ResourceSlices, as the admin reads and writes them (a driver publishing its pool)."""
+
+    def __init__(self, pods: Pods) -> None:
+        self.api: Any = client.ResourceV1Api(pods.core.api_client)
+
+    def publish(self, node: str, driver: str = DRIVER) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"generateName": f"{node}-"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+                "devices": [{"name": "npu-0"}],
+            },
+        }
+        self.api.create_resource_slice(body, _preload_content=False).release_conn()
+
+    def of(self, node: str) -> list[str]:
+        answer = self.api.list_resource_slice(
+            field_selector=f"spec.nodeName={node}", _preload_content=False
+        )
+        return sorted(str(s["spec"]["driver"]) for s in json.loads(answer.data)["items"])
+
+    def delete_all(self, *nodes: str) -> None:
+        for node in nodes:
+            self.api.delete_collection_resource_slice(
+                field_selector=f"spec.nodeName={node}", _preload_content=False
+            ).release_conn()
+
+
+@pytest.fixture
+def slices(pods: Pods, node_name: str) -> Iterator[Slices]:
+    made = Slices(pods)
+    try:
+        yield made
+    finally:
+        made.delete_all(node_name, f"{node_name}-other")
+
+
+def test_the_kubelet_wipes_its_nodes_slices_at_start_and_a_gone_drivers_after_the_delay(
+    make_kubelet: Callable[..., kubelet.Kubelet],
+    driver: DraDriver,
+    slices: Slices,
+    node_name: str,
+    wait: Callable[..., None],
+) -> None:
+    """As the real kubelet: no driver is usable at start, so every slice of the node goes (not
+    another node's); a driver that stops has its slices deleted after the wiping delay."""
+    other = f"{node_name}-other"
+    slices.publish(node_name)
+    slices.publish(node_name, "other.example.com")
+    slices.publish(other)
+    started = make_kubelet(dra_wiping_delay_seconds=0.5)
+    assert slices.of(node_name) == []
+    assert slices.of(other) == [DRIVER]
+    driver.register()
+    wait(lambda: started.drivers.names() == [DRIVER], what="driver registered")
+    slices.publish(node_name)
+    driver.stop()
+    wait(lambda: started.drivers.names() == [], what="driver unregistered")
+    wait(lambda: slices.of(node_name) == [], what="the gone driver's slices wiped")
+    assert slices.of(other) == [DRIVER]
+
+
+def test_a_driver_back_within_the_delay_keeps_its_slices(
+    make_kubelet: Callable[..., kubelet.Kubelet],
+    driver: DraDriver,
+    slices: Slices,
+    node_name: str,
+    wait: Callable[..., None],
+) -> None:
+    started = make_kubelet(dra_wiping_delay_seconds=2.0)
+    driver.register()
+    wait(lambda: started.drivers.names() == [DRIVER], what="driver registered")
+    slices.publish(node_name)
+    driver.stop()  # a driver restart: its sockets go and come back
+    wait(lambda: started.drivers.names() == [], what="driver unregistered")
+    driver.serve().register()
+    wait(lambda: started.drivers.names() == [DRIVER], what="driver registered again")
+    time.sleep(3.0)  # past the delay: the wipe was cancelled, nothing deleted the slice
+    assert slices.of(node_name) == [DRIVER]

@@ -269,6 +269,20 @@ class KubeApi:
             ),
         )
 
+    def delete_resource_slices(self, node: str, driver: str = "") -> None:
+        """Delete the node's ResourceSlices (of ``driver`` only, when named), as the kubelet's
+        DRA plugin manager wipes them; the Node authorizer lets a node delete its own."""
+        selector = f"spec.nodeName={node}" + (f",spec.driver={driver}" if driver else "")
+        _call(
+            "delete",
+            f"resourceslices {selector}",
+            lambda: _json(
+                self._resource.delete_collection_resource_slice(
+                    field_selector=selector, _preload_content=False, _request_timeout=self._timeout
+                )
+            ),
+        )
+
     def get_lease(self, namespace: str, name: str) -> Json | None:
         try:
             return _call(

@@ -8,7 +8,8 @@ dials the socket, calls ``GetInfo``, accepts a plugin of type ``DRAPlugin`` whos
 ``NotifyRegistrationStatus(plugin_registered=true)``. Any other outcome is answered with
 ``plugin_registered=false`` and the reason, and the socket is tried again after
 ``retry_seconds`` (the kubelet's reconciler keeps retrying a socket that is still there).
-A registration socket that disappears or is replaced unregisters its driver.
+A registration socket that disappears or is replaced unregisters its driver, and its node's
+ResourceSlices are wiped 30 s later unless it registers again (``slicewiper``).
 
 :class:`Drivers` is the registry ``dramanager`` asks for a driver by name; a driver that
 registers again under the same name replaces the earlier connection.
@@ -32,7 +33,7 @@ from vnpu_kubelet_api.dra.v1 import api_pb2 as dra_pb2
 from vnpu_kubelet_api.dra.v1 import api_pb2_grpc as dra_grpc
 from vnpu_kubelet_api.pluginregistration.v1 import api_pb2 as reg_pb2
 from vnpu_kubelet_api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from vnpu_sandbox.kubelet import errors
+from vnpu_sandbox.kubelet import errors, slicewiper
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,13 @@ def _rpc_text(exc: grpc.RpcError) -> str:
 
 
 class Drivers:
-    """Registered DRA drivers by name; thread-safe."""
+    """Registered DRA drivers by name; thread-safe. With ``wiper``, a driver that unregisters
+    has its node's ResourceSlices wiped after the kubelet's delay unless it comes back."""
 
-    def __init__(self) -> None:
+    def __init__(self, wiper: slicewiper.SliceWiper | None = None) -> None:
         self._drivers: dict[str, Driver] = {}
         self._lock = threading.Lock()
+        self._wiper = wiper
 
     def get(self, name: str) -> Driver:
         """The driver, or ``DraError`` with the kubelet's message when it is not registered."""
@@ -113,6 +116,8 @@ class Drivers:
             old, self._drivers[driver.name] = self._drivers.get(driver.name), driver
         if old is not None:
             old.close()
+        if self._wiper is not None:
+            self._wiper.registered(driver.name)
         log.info("dra_driver_registered driver=%s endpoint=%s", driver.name, driver.endpoint)
 
     def remove(self, registration: Path) -> None:
@@ -122,6 +127,8 @@ class Drivers:
             drivers = [self._drivers.pop(n) for n in gone]
         for driver in drivers:
             driver.close()
+            if self._wiper is not None:
+                self._wiper.unregistered(driver.name)
             log.info("dra_driver_unregistered driver=%s", driver.name)
 
     def clear(self) -> None:

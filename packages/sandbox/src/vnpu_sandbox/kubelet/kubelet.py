@@ -39,6 +39,7 @@ from vnpu_sandbox.kubelet import (
     podresources,
     podworker,
     registration,
+    slicewiper,
     statusmanager,
 )
 
@@ -75,6 +76,9 @@ class KubeletConfig:
     dra_retry_seconds: float = 10.0
     """How long after a failed NodePrepareResources / NodeUnprepareResources (or a claim not
     ready) the kubelet tries again (the kubelet pod worker's 10 s back-off)."""
+    dra_wiping_delay_seconds: float = slicewiper.WIPING_DELAY_SECONDS
+    """How long after a DRA driver stopped being usable its ResourceSlices are deleted, unless
+    it registers again (the kubelet's 30 s); every slice of the node goes at start."""
     register_timeout_seconds: float = 0.0
     """How long registering the Node is retried while the API answers nothing, 429 or 5xx
     (0: not at all). A kubelet retries forever; a loaded kube-apiserver times creates out
@@ -101,7 +105,10 @@ class Kubelet:
         self._statuses = statusmanager.StatusManager(
             self._api, config.node.name, config.status_sync_seconds
         )
-        self.drivers = draplugins.Drivers()
+        self._wiper = slicewiper.SliceWiper(
+            self._api, config.node.name, config.dra_wiping_delay_seconds
+        )
+        self.drivers = draplugins.Drivers(self._wiper)
         self.dra = dramanager.DraManager(self._api, self.drivers)
         self._worker = podworker.PodWorker(
             self._api,
@@ -193,6 +200,7 @@ class Kubelet:
             self.dra,
         )
         self._pod_resources.start()
+        self._wiper.wipe_all()  # no driver has registered yet: none of its devices is usable
         self._plugin_watcher = draplugins.PluginWatcher(self.plugins_registry_dir, self.drivers)
         self._plugin_watcher.start()
 
@@ -201,6 +209,7 @@ class Kubelet:
             self._plugin_watcher.stop()
             self._plugin_watcher = None
             self.drivers.clear()
+        self._wiper.stop()
         if self._registration is not None:
             self._registration.stop()
             self._registration = None
