@@ -1,8 +1,9 @@
 """The webhook in DRA mode: the requests users write today, as the extended resources DRA serves.
 
-Whole chips keep ``huawei.com/<CW>`` (its DeviceClass serves it); a vNPU becomes its memory
-tier's resource (or its pinned template's); a soft slice is refused, naming the class a claim
-uses. kube-apiserver then takes the patched pod as it takes any pod with extended resources.
+One whole chip keeps ``huawei.com/<CW>`` (its DeviceClass serves it); a vNPU becomes its memory
+tier's resource (or its pinned template's); several whole chips and soft slices become a pod
+claim from a ResourceClaimTemplate the webhook makes in the namespace. kube-apiserver then takes
+the patched pod as it takes any pod with extended resources or claims.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import kubernetes
 import pytest
 
 from vnpu_core import catalog, draclaims, draclasses, requests
-from vnpu_scheduler import dramode
+from vnpu_scheduler import claimtemplates, cluster, dramode
 
 Json = dict[str, Any]
 P310 = catalog.BUILTIN.by_common_word("Ascend310P")
@@ -199,6 +200,27 @@ def test_a_soft_slice_becomes_a_claim_of_memory_and_core_share(
     }
 
 
+def test_a_template_another_replica_made_is_taken_as_it_reads_back(kube: Any) -> None:
+    """kube-apiserver keeps 4096Mi as 4Gi: a replica that did not make the template (or made
+    it before a restart) reads it back and still finds vnpu's spec in it."""
+    model = catalog.BUILTIN.by_common_word("Ascend310P")
+    assert model is not None
+    claim = draclaims.soft_slices(model, 1, 4096, 30)
+    api = cluster.KubeCluster(kube.client)
+    assert claimtemplates.Templates(api).ensure(kube.namespace, [claim]) == ""
+    assert claimtemplates.Templates(api).ensure(kube.namespace, [claim]) == ""
+    other = draclaims.soft_slices(model, 1, 4096, 40)
+    forged = copy.deepcopy(other.body)
+    forged["metadata"]["name"] = (name := draclaims.soft_slices(model, 1, 8192, 30).name)
+    kubernetes.client.ResourceV1Api(kube.client).create_namespaced_resource_claim_template(
+        kube.namespace, forged
+    )
+    refused = claimtemplates.Templates(api).ensure(
+        kube.namespace, [draclaims.soft_slices(model, 1, 8192, 30)]
+    )
+    assert refused.startswith(f"ResourceClaimTemplate {kube.namespace}/{name} exists with a spec")
+
+
 def test_every_resource_the_webhook_writes_has_a_class_of_the_same_name() -> None:
     for model in catalog.BUILTIN:
         for memory in draclasses.tiers(model):
@@ -224,6 +246,20 @@ def test_every_resource_the_webhook_writes_has_a_class_of_the_same_name() -> Non
     assert converted.denial == ""
     assert converted.claims == ()
     assert {op["op"] for op in converted.patch} == {"add", "remove"}
+
+
+def test_a_pod_written_for_classic_mode_goes_to_the_default_scheduler(dra: Any, make: Any) -> None:
+    pod = make.pod("classic", "Ascend310P", 1, 4096)
+    pod["spec"]["schedulerName"] = "vnpu-scheduler"
+    reply = dra.post("mutate", _review(pod)).json()["response"]
+    assert reply["allowed"] is True
+    after = _patched(pod, reply)
+    assert "schedulerName" not in after["spec"]
+    assert _limits(after) == {"npu.vnpu.io/ascend310p-6144m": "1"}
+    assert reply["warnings"][-1] == (
+        "spec.schedulerName 'vnpu-scheduler' removed: in DRA mode the cluster's kube-scheduler "
+        "allocates NPUs (default-scheduler)"
+    )
 
 
 def test_a_pod_sent_to_another_scheduler_is_left_as_written(dra: Any, make: Any) -> None:

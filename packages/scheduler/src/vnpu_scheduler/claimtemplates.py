@@ -5,7 +5,8 @@ template that is missing then leaves the pod waiting. So the webhook, before it 
 that names one of ``vnpu_core.draclaims``'s templates, creates it in the pod's namespace:
 
 * a template created before (by this replica: remembered; by another: 409) is read back
-  and must hold everything vnpu's ``spec`` says (kube-apiserver adds defaults); one that
+  and must hold everything vnpu's ``spec`` says (kube-apiserver adds defaults and writes
+  quantities in its own form, ``4Gi`` for ``4096Mi``); one that
   holds something else (someone made their own under vnpu's name) refuses the pod, naming it;
 * a dry-run admission creates nothing (the webhook's ``sideEffects`` is NoneOnDryRun);
 * an API failure refuses the pod with the failure's words; the user retries.
@@ -20,7 +21,8 @@ from collections.abc import Iterable
 
 import structlog
 
-from vnpu_core import draclaims
+from vnpu_core import draclaims, quantities
+from vnpu_core import errors as core_errors
 from vnpu_scheduler import cluster
 from vnpu_service import kubeapi
 
@@ -39,7 +41,16 @@ def _covers(found: object, ours: object) -> bool:
             and len(found) == len(ours)
             and all(_covers(f, o) for f, o in zip(found, ours, strict=True))
         )
+    if isinstance(ours, str) and isinstance(found, str) and found != ours:
+        return _same_amount(found, ours)  # kube-apiserver writes 4096Mi as 4Gi
     return found == ours
+
+
+def _same_amount(found: str, ours: str) -> bool:
+    try:
+        return quantities.parse(found).value == quantities.parse(ours).value
+    except core_errors.QuantityError:
+        return False
 
 
 class Templates:

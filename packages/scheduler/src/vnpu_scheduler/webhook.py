@@ -225,8 +225,14 @@ class Webhook:
                 denial = self._templates.ensure(namespace, converted.claims, dry_run)
         if denial:
             return wire.admission_response(uid, False, denial, code=400)
-        reply = wire.admission_response(uid, True, patch=converted.patch)
-        return _warned(reply, request.notes + converted.said + said)
+        patch, notes = converted.patch, request.notes + converted.said + said
+        if spec.get("schedulerName") == self._scheduler_name:  # written for classic mode
+            patch = [{"op": "remove", "path": "/spec/schedulerName"}, *patch]
+            notes += (
+                f"spec.schedulerName {self._scheduler_name!r} removed: in DRA mode the "
+                "cluster's kube-scheduler allocates NPUs (default-scheduler)",
+            )
+        return _warned(wire.admission_response(uid, True, patch=patch), notes)
 
     def _rounding(self, spec: Json, request: requests.PodRequest) -> list[Json]:
         """Patch operations that set each request's memory to what it rounds to."""
