@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo bench proto dist chart k8s-bin kwok-bin kueue-bin clean
+.PHONY: all runtime install lint typecheck imports unit test demo demo-dra bench proto dist chart k8s-bin kwok-bin kueue-bin clean
 
 all: test
 
@@ -66,6 +66,18 @@ demo: $(RUNTIME_STAMP) $(CHART_STAMP) k8s-bin
 	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
 	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --rbac $(DEMO_CHART)
 	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --manifests examples/demo
+
+# The same in DRA mode (docs/dra.md): kube-scheduler allocates the npu.vnpu.io driver's devices,
+# vnpu's services run with the chart's RBAC for `global.mode=dra`, and the scenario is
+# examples/demo-dra (no soft slices). It replaces the sandbox `make demo` left in .sandbox/.
+DEMO_DRA_VALUES := $(VENV)/demo-dra-values.yaml
+DEMO_DRA_CHART := $(VENV)/demo-dra-chart.yaml
+demo-dra: $(RUNTIME_STAMP) $(CHART_STAMP) k8s-bin
+	printf 'global:\n  mode: dra\n' > $(DEMO_DRA_VALUES)
+	$(BIN)/python scripts/render_chart.py --values $(DEMO_DRA_VALUES) --output $(DEMO_DRA_CHART)
+	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
+	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --rbac $(DEMO_DRA_CHART) --mode dra
+	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --mode dra --manifests examples/demo-dra
 
 bench: install
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

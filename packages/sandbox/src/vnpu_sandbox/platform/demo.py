@@ -6,8 +6,13 @@ training pod, soft slices and pods no node can take), waits until every pod is R
 refused, prints where each landed (node, chip, template), the scheduler's reasons for the
 refused ones and the allocation per chip model, scales one Deployment down and another up
 into the freed space, prints the same again, asks the sandbox's Prometheus a few questions
-and ends with the commands to explore further. Exit status 0, 1 when a step fails (the
-message says which), 2 when there is no ready sandbox in ``--dir``.
+and ends with the commands to explore further.
+
+``make demo-dra`` runs it with ``--mode dra`` after ``up --mode dra``: the manifests are
+``examples/demo-dra`` (no soft slices), what each pod holds is read from the ResourceClaims
+kube-scheduler allocated (``claims``), and a refused pod shows kube-scheduler's own reason and
+what it asked for. Exit status 0, 1 when a step fails (the message says which), 2 when there
+is no ready sandbox in ``--dir`` or it runs the other mode.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vnpu_core import ledger
-from vnpu_sandbox.platform import kubectl, layout, placements, probes, up
+from vnpu_sandbox.platform import claims, kubectl, layout, placements, probes, up
 
 NAME = "demo"
 HELP = "Run the NPU-sharing scenario on a sandbox started by `vnpu-sandbox up`."
@@ -32,6 +38,8 @@ SETTLE_SECONDS = 120.0
 SCRAPE_WAIT_SECONDS = 60.0
 """How long the Prometheus section waits for its figures to equal what was placed."""
 SCALES = ("docs/chat-7b=2", "docs/ocr-forms=16")
+MANIFESTS = {"classic": Path("examples/demo"), "dra": Path("examples/demo-dra")}
+"""The manifests each mode applies unless ``--manifests`` says otherwise."""
 QUERIES = (
     (
         "memory allocated / capacity per chip model (GiB)",
@@ -74,10 +82,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manifests",
         type=Path,
-        default=Path("examples/demo"),
         metavar="DIR",
-        help="the manifests to apply, in file-name order (default: %(default)s)",
+        help="the manifests to apply, in file-name order (default: "
+        + ", ".join(f"{path} in {mode} mode" for mode, path in MANIFESTS.items())
+        + ")",
     )
+    parser.add_argument(
+        "--mode",
+        choices=tuple(MANIFESTS),
+        default="classic",
+        help="the mode the sandbox runs (`vnpu-sandbox up --mode`); dra reads what pods hold "
+        "from their ResourceClaims (default: %(default)s)",
+    )
+
+
+def manifests(args: argparse.Namespace) -> Path:
+    """The directory the demo applies: ``--manifests``, or its mode's own."""
+    chosen: Path = args.manifests or MANIFESTS[args.mode]
+    return chosen
+
+
+def sandbox_mode(record: layout.Record) -> str:
+    """The mode ``up`` started the sandbox in: dra when its nodes run the DRA driver."""
+    dra = any(p.name.startswith("dra-driver-") for p in record.processes)
+    return "dra" if dra else "classic"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,9 +118,19 @@ def run(args: argparse.Namespace) -> int:
     if record is None or not record.ready:
         print(f"vnpu-sandbox demo: no ready sandbox in {where.root}; run `vnpu-sandbox up`")
         return 2
+    running = sandbox_mode(record)
+    if running != args.mode:
+        print(
+            f"vnpu-sandbox demo: the sandbox in {where.root} runs {running} mode, not "
+            f"{args.mode}; run `vnpu-sandbox demo --mode {running}`, or start one with "
+            f"`vnpu-sandbox up --mode {args.mode}`",
+            file=sys.stderr,
+        )
+        return 2
     try:
         scales = args.scale or [_scale(text) for text in SCALES]
-        Scenario(record, kubectl.Kubectl(record.kubeconfig), args.manifests, scales).play()
+        ctl = kubectl.Kubectl(record.kubeconfig)
+        Scenario(record, ctl, manifests(args), scales, dra=args.mode == "dra").play()
     except (DemoError, kubectl.KubectlError) as exc:
         print(f"vnpu-sandbox demo: {exc}", file=sys.stderr)
         return 1
@@ -103,6 +141,17 @@ def heading(text: str) -> None:
     print(f"\n== {text}")
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the pods hold, in either mode: a row per pod, the use per chip model, and the
+    figures the Prometheus section waits for (allocations, vNPUs per template)."""
+
+    rows: list[placements.Placement]
+    use: dict[str, placements.ModelUse]
+    allocations: int
+    templates: dict[str, int]
+
+
 class Scenario:
     def __init__(
         self,
@@ -110,23 +159,31 @@ class Scenario:
         ctl: kubectl.Kubectl,
         manifests: Path,
         scales: list[tuple[str, str, int]],
+        dra: bool = False,
     ) -> None:
         self.record = record
         self.ctl = ctl
         self.manifests = manifests
         self.scales = scales
+        self.dra = dra
         self.refused: list[str] = []
         self.record_dir = Path(record.kubeconfig).parent
 
     def play(self) -> None:
-        heading("The cluster")
+        dra = ", DRA mode: kube-scheduler allocates the devices of driver npu.vnpu.io"
+        heading("The cluster" + (dra if self.dra else ""))
         print(self.ctl.run(["get", "nodes", "-L", "vnpu.io/chip-model"]).rstrip())
         self.show_use("Allocation before")
         heading(f"kubectl apply -f {self.manifests}/")
         print(self.ctl.run(["apply", "-f", str(self.manifests)]).rstrip())
         pods = self.settle()
+        templates = self.ctl.items(["get", "resourceclaimtemplates", "-A"]) if self.dra else []
+        if self.dra:
+            heading("What each workload asks kube-scheduler for, once the webhook rewrote it")
+            for name, what in claims.asked(pods, templates).items():
+                print(f"  {name:<28} {what}")
         self.show_placements(pods)
-        self.show_refused(pods)
+        self.show_refused(pods, templates)
         before = {self.key(p) for p in pods}
         heading("Scale: " + ", ".join(f"{name} to {n}" for _, name, n in self.scales))
         for namespace, name, replicas in self.scales:
@@ -148,14 +205,12 @@ class Scenario:
         """The scenario's pods once each is Running or refused, every Deployment complete."""
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
+            # Deployments first: once a status counts its replicas their pods exist, so the
+            # pods read next hold them (read the other way round, new pods could be missed).
+            deployments = self.ctl.items(["get", "deployments", "-A"])
+            short = [d["metadata"]["name"] for d in deployments if not _complete(d)]
             pods = [p for p in self.ctl.items(["get", "pods", "-A"]) if _ours(p)]
             waiting = [self.key(p) for p in pods if not _settled(p)]
-            deployments = self.ctl.items(["get", "deployments", "-A"])
-            short = [
-                d["metadata"]["name"]
-                for d in deployments
-                if (d.get("status") or {}).get("replicas", 0) != d["spec"].get("replicas", 1)
-            ]
             if not waiting and not short:
                 return pods
             if time.monotonic() > deadline:
@@ -165,9 +220,31 @@ class Scenario:
                 )
             time.sleep(0.5)
 
-    def show_placements(self, pods: Iterable[Json]) -> None:
-        by_uuid = placements.chips(self.ctl.items(["get", "nodes"]))
-        rows = [placements.placement(p, by_uuid) for p in pods]
+    def view(self, pods: list[Json]) -> View:
+        """``pods`` read as the mode records what they hold: classic mode's decision
+        annotations against the chips each device plugin registered, or DRA mode's claims."""
+        if self.dra:
+            by_pod = claims.held(self.ctl.items(["get", "resourceclaims", "-A"]), self.record.nodes)
+            by_pod = {uid: by_pod[uid] for uid in map(_uid, pods) if uid in by_pod}
+            devices = claims.distinct(by_pod)
+            return View(
+                [claims.placement(p, by_pod) for p in pods],
+                claims.model_use(devices, self.record.nodes),
+                len(devices),
+                claims.templates(devices),
+            )
+        nodes = self.ctl.items(["get", "nodes"])
+        by_uuid = placements.chips(nodes)
+        holdings = _holdings(pods)
+        return View(
+            [placements.placement(p, by_uuid) for p in pods],
+            placements.model_use(pods, nodes),
+            sum(len(h) for h in holdings),
+            _templates(holdings),
+        )
+
+    def show_placements(self, pods: list[Json]) -> None:
+        rows = self.view(pods).rows
         placed = sorted((r for r in rows if r.node), key=lambda r: (r.node, r.holds, r.name))
         heading(f"Where the pods landed ({len(placed)} of {len(rows)} placed)")
         node = None
@@ -177,7 +254,7 @@ class Scenario:
                 print(f"{node}")
             print(f"  {row.namespace + '/' + row.name:<42} {row.phase:<8} {'; '.join(row.holds)}")
 
-    def show_refused(self, pods: Iterable[Json]) -> None:
+    def show_refused(self, pods: Iterable[Json], templates: list[Json]) -> None:
         refused = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
         self.refused = [self.key(p) for p in refused]
         heading(f"Refused ({len(refused)}), as `kubectl describe pod` explains them")
@@ -192,10 +269,11 @@ class Scenario:
             )  # fmt: skip
             message = events[-1]["message"] if events else _condition_message(pod)
             print(f"{self.key(pod)}:\n  {message}")
+            if self.dra:
+                print("  it asks for " + ", ".join(claims.asks(pod, templates) or ["no NPU"]))
 
     def show_use(self, title: str) -> None:
-        pods = self.ctl.items(["get", "pods", "-A"])
-        use = placements.model_use(pods, self.ctl.items(["get", "nodes"]))
+        use = self.view(self.ctl.items(["get", "pods", "-A"])).use
         heading(title)
         print(f"{'MODEL':<14} {'CHIPS IN USE':<13} {'MEMORY ALLOCATED':<24} HOLDINGS")
         for model in use.values():
@@ -212,9 +290,8 @@ class Scenario:
         if url is None:
             heading("Prometheus: not running in this sandbox (not on PATH)")
             return
-        holdings = _holdings(pods)
-        held = sum(len(h) for h in holdings)
-        templates = _templates(holdings)
+        view = self.view(pods)
+        held, templates = view.allocations, view.templates
         heading(f"Prometheus ({url}), once it has scraped the {held} allocations")
 
         def scraped() -> bool:
@@ -243,7 +320,11 @@ class Scenario:
         for key in self.refused[:1]:
             namespace, name = key.split("/", 1)
             print(f"  kubectl describe pod -n {namespace} {name}")
-        print("  kubectl get node NODE -o yaml       # the chips its device plugin registered")
+        if self.dra:
+            print("  kubectl get resourceclaims -A          # what kube-scheduler allocated")
+            print("  kubectl get resourceslices -o yaml     # the devices each driver published")
+        else:
+            print("  kubectl get node NODE -o yaml       # the chips its device plugin registered")
         if self.record.prometheus_url:
             print(f"  Prometheus: {self.record.prometheus_url}/graph")
         print(f"  vnpu-sandbox status --dir {self.record_dir}")
@@ -252,6 +333,17 @@ class Scenario:
 
 def _ours(pod: Json) -> bool:
     return bool(pod["metadata"].get("namespace") != "kube-system")
+
+
+def _complete(deployment: Json) -> bool:
+    """The Deployment's controller has seen its latest spec and made as many pods as it asks."""
+    status = deployment.get("status") or {}
+    seen = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    return bool(seen and status.get("replicas", 0) == deployment["spec"].get("replicas", 1))
+
+
+def _uid(pod: Json) -> str:
+    return str(pod["metadata"].get("uid", ""))
 
 
 def _settled(pod: Json) -> bool:
