@@ -30,6 +30,7 @@ from vnpu_kubelet_api.pluginregistration.v1 import api_pb2 as reg
 from vnpu_kubelet_api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from vnpu_npu import claimledger
 from vnpu_npu.sim import backend as sim_backend
+from vnpu_npu.sim import control
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
@@ -660,3 +661,41 @@ def test_a_restart_releases_the_soft_slices_of_claims_deleted_meanwhile(soft_nod
     before = node.records()
     assert node.prepare(("kept", kept)).claims[kept].error == ""  # still prepared: reused
     assert node.records() == before
+
+
+def test_a_claim_for_a_chip_that_has_gone_fails_naming_it_and_makes_nothing(node: Node) -> None:
+    """The chip was there when the slices were published; it left before the pod started."""
+    control.inject_fault(node.npu.sim_dir, 1, gone=True)
+    uid = node.claim("late", ["chip-1-vir01-0"])
+    answer = node.prepare(("late", uid)).claims[uid]
+    assert answer.error.startswith(
+        f"claim {node.namespace}/late device chip-1-vir01-0: cannot read the vNPUs of chip 1: "
+    )
+    assert "-8012" in answer.error
+    assert list(answer.devices) == []
+    assert list(node.npu.vnpus(0)) == []  # chip 1 answers nothing now
+    assert node.records() == ()
+    assert node.spec(uid) is None
+
+
+def test_a_cdi_directory_that_cannot_be_written_fails_the_claim_and_a_retry_heals_it(
+    node: Node,
+) -> None:
+    """The vNPU made before the spec could not be written is kept for the kubelet's retry
+    (owned by the claim in the ledger, so nothing leaks), and used again once it can."""
+    shutil.rmtree(node.cdi_dir, ignore_errors=True)
+    node.cdi_dir.write_text("not a directory\n", encoding="utf-8")
+    uid = node.claim("spec", ["chip-0-vir02-0"])
+    answer = node.prepare(("spec", uid)).claims[uid]
+    assert answer.error.startswith(f"claim {node.namespace}/spec: cannot write its CDI spec: ")
+    (made,) = node.vnpus()
+    assert [(r.claim_uid, r.vnpu_id) for r in node.records()] == [(uid, made[1])]
+    node.cdi_dir.unlink()
+    node.cdi_dir.mkdir()
+    again = node.prepare(("spec", uid)).claims[uid]
+    assert again.error == ""
+    assert node.vnpus() == [made]
+    assert node.spec(uid) is not None
+    assert node.unprepare(("spec", uid)).claims[uid].error == ""
+    assert node.vnpus() == []
+    assert node.records() == ()

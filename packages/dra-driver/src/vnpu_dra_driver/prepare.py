@@ -473,7 +473,15 @@ class Preparer:
         )
 
     def _free_id(self, ref: ClaimRef, target: devices.Target, chip: backend.ChipInfo) -> int:
-        taken = {v.vnpu_id for v in self._npu.vnpus(chip.phy_id)}
+        try:  # a chip gone since the slices were published answers nothing
+            taken = {v.vnpu_id for v in self._npu.vnpus(chip.phy_id)}
+        except npu_errors.NpuError as exc:
+            raise errors.ClaimError(
+                ref.who,
+                f"cannot read the vNPUs of chip {chip.phy_id}: {exc}",
+                device=target.device,
+                retryable=True,
+            ) from exc
         taken |= {r.vnpu_id for r in self._book.vnpus(chip.phy_id)}
         for vnpu_id in limits.id_range(chip.chip_name, chip.phy_id):
             if vnpu_id not in taken:
