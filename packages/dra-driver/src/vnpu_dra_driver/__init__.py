@@ -11,6 +11,8 @@
   each vNPU the driver created and each soft slice it prepared.
 * ``cdi`` - the CDI spec of a prepared claim (Ascend's environment, device nodes,
   hami-vnpu-core's mounts for soft slices).
+* ``asks`` - pure: what a claim's allocation asks of the node, checked before anything is
+  made (kinds mixed, a device twice, a device that does not fit the node's mode or chip).
 * ``prepare`` - NodePrepareResources / NodeUnprepareResources per claim, and the reconcile.
 * ``plugin`` - the kubelet plugin: gRPC DRAPlugin and plugin Registration on unix sockets.
 

@@ -6,11 +6,9 @@ call; ``__main__`` calls ``reconcile`` once before serving. One lock orders all 
 
 ``prepare`` reads the claim from the API and checks its uid, takes the allocation results of
 this driver and this node's pool and maps each device to its chip and kind (``devices``).
-It refuses the whole claim before anything is made when one device is not this node's, is
-allocated twice, or does not fit the node's mode: a soft device of a node that is not in
-soft mode, a whole chip or vNPU of one that is, a soft slice whose ``consumedCapacity`` asks
-memory outside 1 MiB..the chip's allocatable memory or a core share outside 0-100
-(``errors.CapacityError`` naming the value). For each template device it then makes sure a
+It refuses the whole claim before anything is made when one device is not this node's or
+``asks`` refuses it (kinds mixed, a device twice, a device that does not fit the node's
+mode or chip). For each template device it then makes sure a
 vNPU exists, ledger first: an ``intent`` record naming a free vNPU id is written durably, the
 vNPU is created with that id, and the record becomes ``owned``. A device that already has a
 record (a second Prepare, or one after a crash) keeps its vNPU, or gets it created again
@@ -35,15 +33,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from vnpu_core import catalog, quantities
-from vnpu_core import errors as core_errors
-from vnpu_dra_driver import cdi, cluster, devices, errors, ledger, slices
+from vnpu_core import catalog
+from vnpu_dra_driver import asks, cdi, cluster, devices, errors, ledger, slices
 from vnpu_npu import backend, claimledger, limits
 from vnpu_npu import errors as npu_errors
 from vnpu_service import kubeapi
@@ -51,7 +47,6 @@ from vnpu_service import kubeapi
 Json = dict[str, Any]
 log = structlog.get_logger(__name__)
 _ID_TRIES = 3
-_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +71,6 @@ class Answer:
     device: str
     cdi_ids: tuple[str, ...]
     share_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SoftAsk:
-    """What a soft device's allocation result asks of its chip."""
-
-    memory_mib: int
-    core_percent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +131,10 @@ class Preparer:
                 )
                 for r in results
             ]
-            _check_kinds(ref, targets)
-            _check_once(ref, targets)
-            asks = self._check_modes(ref, targets)
-            given = self._make(ref, chips, targets, asks)
+            asks.check_kinds(ref.who, targets)
+            asks.check_once(ref.who, targets)
+            soft_asks = asks.check_modes(ref.who, targets, self._model, soft=self._soft is not None)
+            given = self._make(ref, chips, targets, soft_asks)
             self._make_dirs(ref, given)
             document = cdi.spec(ref.namespace, ref.name, ref.uid, given, self._soft)
             try:
@@ -207,72 +194,12 @@ class Preparer:
                 )
         return results
 
-    def _check_modes(
-        self, ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]
-    ) -> dict[str, SoftAsk]:
-        """What each soft device asks, checked; a device that does not fit the node's mode
-        (soft slices, or whole chips and vNPUs) is refused."""
-        asks: dict[str, SoftAsk] = {}
-        for _request, result, target in targets:
-            if target.kind == "soft":
-                asks[target.device] = self._soft_ask(ref, result, target)
-            elif self._soft is not None:
-                what = "a whole chip" if target.kind == "whole" else f"a {target.template} vNPU"
-                raise errors.DeviceError(
-                    ref.who,
-                    target.device,
-                    f"{what} of chip {target.phy}, which is in soft mode: this node shares its"
-                    " chips as soft slices only",
-                )
-        return asks
-
-    def _soft_ask(self, ref: ClaimRef, result: Json, target: devices.Target) -> SoftAsk:
-        """The memory and core share ``result`` consumes of its chip (the device's
-        requestPolicy defaults when it names none), checked against the chip."""
-        consumed = result.get("consumedCapacity") or {}
-        if not isinstance(consumed, dict):
-            raise errors.DeviceError(
-                ref.who, target.device, f"consumedCapacity is not a map: {consumed!r}"
-            )
-        allocatable = self._model.memory_allocatable_mib
-        memory = consumed.get(slices.MEMORY, slices.mib(allocatable))
-        cores = consumed.get(slices.CORE_PERCENT, "0")
-        if self._soft is None:
-            raise errors.DeviceError(
-                ref.who,
-                target.device,
-                f"a soft slice ({slices.MEMORY} {memory}, {slices.CORE_PERCENT} {cores}) of"
-                f" chip {target.phy}, which is not in soft mode: this node shares its chips"
-                " whole and as vNPUs",
-            )
-        memory_bytes = _quantity(ref, target, slices.MEMORY, memory)
-        if memory_bytes % _MIB:
-            raise errors.CapacityError(
-                ref.who, target.device, slices.MEMORY, memory, "not a whole number of MiB"
-            )
-        memory_mib = int(memory_bytes // _MIB)
-        if not 1 <= memory_mib <= allocatable:
-            raise errors.CapacityError(
-                ref.who,
-                target.device,
-                slices.MEMORY,
-                memory,
-                f"not within 1Mi..{slices.mib(allocatable)},"
-                f" the allocatable memory of chip {target.phy}",
-            )
-        share = _quantity(ref, target, slices.CORE_PERCENT, cores)
-        if share.denominator != 1 or not 0 <= share <= 100:
-            raise errors.CapacityError(
-                ref.who, target.device, slices.CORE_PERCENT, cores, "not a whole percentage 0-100"
-            )
-        return SoftAsk(memory_mib, int(share))
-
     def _make(
         self,
         ref: ClaimRef,
         chips: dict[int, backend.ChipInfo],
         targets: list[tuple[str, Json, devices.Target]],
-        asks: dict[str, SoftAsk],
+        soft_asks: dict[str, asks.SoftAsk],
     ) -> list[cdi.Given]:
         recorded = {r.device: r for r in self._book.of_claim(ref.uid)}
         made: list[claimledger.Record] = []
@@ -284,7 +211,7 @@ class Preparer:
                     record = self._vnpu(ref, request, target, chip, recorded, made)
                     given.append(cdi.Given(request, target, vnpu_id=record.vnpu_id))
                 elif target.kind == "soft":
-                    ask = asks[target.device]
+                    ask = soft_asks[target.device]
                     record = self._slice(ref, request, target, chip, ask, recorded, made)
                     share_id = result.get("shareID")
                     given.append(
@@ -309,7 +236,7 @@ class Preparer:
         request: str,
         target: devices.Target,
         chip: backend.ChipInfo,
-        ask: SoftAsk,
+        ask: asks.SoftAsk,
         recorded: dict[str, claimledger.Record],
         made: list[claimledger.Record],
     ) -> claimledger.Record:
@@ -641,41 +568,3 @@ def _base_request(request: str) -> str:
     """The claim's request a result belongs to (``gpu/large`` -> ``gpu``, a firstAvailable
     subrequest): containers name top-level requests only."""
     return request.partition("/")[0]
-
-
-def _quantity(ref: ClaimRef, target: devices.Target, name: str, value: object) -> Fraction:
-    """Consumed capacity ``name`` = ``value`` as an exact number; ``errors.CapacityError``
-    when it is not a quantity."""
-    try:
-        return quantities.parse(value).value
-    except core_errors.QuantityError as exc:
-        raise errors.CapacityError(ref.who, target.device, name, value, str(exc)) from exc
-
-
-def _check_once(ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]) -> None:
-    """Refuse a claim that holds one device twice (two shares of one soft device): its CDI
-    device, its record and its container's ``ASCEND_VISIBLE_DEVICES`` name a device once."""
-    seen: dict[str, str] = {}
-    for request, _result, target in targets:
-        if target.device in seen:
-            raise errors.DeviceError(
-                ref.who,
-                target.device,
-                f"allocated twice (requests {seen[target.device]!r} and {request!r}): a claim"
-                " takes one slice of a chip",
-            )
-        seen[target.device] = request
-
-
-def _check_kinds(ref: ClaimRef, targets: list[tuple[str, Json, devices.Target]]) -> None:
-    """Refuse a request whose devices mix whole chips, vNPUs and soft slices: one container's
-    ``ASCEND_VISIBLE_DEVICES`` holds either physical or vNPU ids."""
-    kinds: dict[str, devices.Target] = {}
-    for request, _result, target in targets:
-        first = kinds.setdefault(request, target)
-        if first.kind != target.kind:
-            raise errors.DeviceError(
-                ref.who,
-                target.device,
-                f"request {request!r} mixes {first.kind} ({first.device}) and {target.kind}",
-            )
