@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vnpu_sandbox.platform import layout
+from vnpu_sandbox.platform import kubectl, layout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 MODE = "dra"
@@ -47,8 +47,9 @@ def _seen(sandbox: Any, node: str, name: str) -> Json:
     return container
 
 
-def _phase(sandbox: Any, name: str) -> str:
-    return str((sandbox.pods().get(name, {}).get("status") or {}).get("phase", ""))
+def _phase(sandbox: Any, name: str, namespace: str = "default") -> str:
+    pod = sandbox.pods(namespace).get(name, {})
+    return str((pod.get("status") or {}).get("phase", ""))
 
 
 def test_the_seed_pod_runs_on_a_vnpu_the_driver_made_and_loses_it_when_deleted(
@@ -200,6 +201,47 @@ def test_soft_slices_share_a_chip_up_to_its_memory(sandbox: Any) -> None:
     assert sorted(chips.values()) == [2, 2]
     assert sandbox.vnpus("soft") == []
     sandbox.ctl.run(["delete", "pod", *[p["metadata"]["name"] for p in pods]])
+
+
+def test_a_resourcequota_on_the_served_resource_holds_a_namespace_to_its_vnpus(
+    sandbox: Any,
+) -> None:
+    """In DRA mode a pod's vNPU is the extended resource its DeviceClass serves, which
+    kube-apiserver's own ResourceQuota counts at creation: the second 6144 MiB vNPU of a
+    namespace allowed one is refused there, with the quota's words."""
+    sandbox.ctl.run(["create", "namespace", "team-q"])
+    sandbox.wait_for(
+        lambda: bool(sandbox.ctl.items(["get", "serviceaccounts", "-n", "team-q"])),
+        "team-q's default ServiceAccount",
+    )
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "npu", "namespace": "team-q"},
+        "spec": {"hard": {"requests.npu.vnpu.io/ascend310p-6144m": "1"}},
+    }
+    sandbox.apply(yaml.safe_dump(quota))
+    limits = {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "4096"}
+    first, second = (_pod(name, limits) for name in ("q1", "q2"))
+    for pod in (first, second):
+        pod["metadata"]["namespace"] = "team-q"
+
+    def quota_counted() -> bool:  # the quota controller has filled in its status
+        found = sandbox.ctl.items(["get", "resourcequota", "-n", "team-q"])
+        return bool(found and (found[0].get("status") or {}).get("hard"))
+
+    sandbox.wait_for(quota_counted, "the quota's status")
+    sandbox.apply(yaml.safe_dump(first))
+    with pytest.raises(kubectl.KubectlError) as refused:
+        sandbox.apply(yaml.safe_dump(second))
+    assert "exceeded quota: npu" in str(refused.value)
+    assert "requests.npu.vnpu.io/ascend310p-6144m=1" in str(refused.value)
+    sandbox.wait_for(
+        lambda: _phase(sandbox, "q1", "team-q") == "Running",
+        "q1 running",
+        explain=sandbox.describe_pods,
+    )
+    sandbox.ctl.run(["delete", "namespace", "team-q", "--wait=false"])
 
 
 def test_the_duo_exporter_names_a_dra_vnpu_pod_and_its_template(sandbox: Any) -> None:
