@@ -109,7 +109,7 @@ def read(path: Path) -> tuple[Record, ...]:
     ``errors.StateFileError`` when the file is broken, ``errors.BadRecord`` at the first
     unusable record.
     """
-    return tuple(record(path, i, raw) for i, raw in enumerate(statefile.read(path, FORMAT, WHAT)))
+    return statefile.parsed(path, FORMAT, WHAT, record)
 
 
 def scan(path: Path) -> Reading:
@@ -117,14 +117,7 @@ def scan(path: Path) -> Reading:
 
     ``errors.StateFileError`` only when the file as a whole is broken.
     """
-    records: list[Record] = []
-    problems: list[errors.BadRecord] = []
-    for i, raw in enumerate(statefile.read(path, FORMAT, WHAT)):
-        try:
-            records.append(record(path, i, raw))
-        except errors.BadRecord as exc:
-            problems.append(exc)
-    return Reading(tuple(records), tuple(problems))
+    return Reading(*statefile.scanned(path, FORMAT, WHAT, record))
 
 
 def write(path: Path, records: Iterable[Record], *, durable: bool) -> None:

@@ -21,13 +21,14 @@ from __future__ import annotations
 import enum
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from vnpu_npu import errors
 
 E = TypeVar("E", bound=enum.Enum)
+R = TypeVar("R")
 FieldTypes = Mapping[str, type | tuple[type, ...]]
 
 
@@ -61,6 +62,29 @@ def read(path: Path, fmt: str, what: str) -> list[object]:
     if not isinstance(records, list):
         raise errors.StateFileError(where, "records is not a list")
     return records
+
+
+def parsed(
+    path: Path, fmt: str, what: str, parse: Callable[[Path, int, object], R]
+) -> tuple[R, ...]:
+    """Every record of the file, each read by ``parse(path, index, raw)``; the first unusable
+    one raises its ``errors.BadRecord``."""
+    return tuple(parse(path, i, raw) for i, raw in enumerate(read(path, fmt, what)))
+
+
+def scanned(
+    path: Path, fmt: str, what: str, parse: Callable[[Path, int, object], R]
+) -> tuple[tuple[R, ...], tuple[errors.BadRecord, ...]]:
+    """The usable records of the file and the ``errors.BadRecord`` of each of the others;
+    ``errors.StateFileError`` only when the file as a whole is broken."""
+    records: list[R] = []
+    problems: list[errors.BadRecord] = []
+    for i, raw in enumerate(read(path, fmt, what)):
+        try:
+            records.append(parse(path, i, raw))
+        except errors.BadRecord as exc:
+            problems.append(exc)
+    return tuple(records), tuple(problems)
 
 
 def fields(path: Path, index: int, raw: object, types: FieldTypes) -> dict[str, Any]:
