@@ -118,6 +118,7 @@ def test_the_driver_runs_serve_with_the_host_paths(dra: Any) -> None:
         "--cdi-dir=/var/run/cdi",
         "--state-dir=/var/lib/vnpu/dra-driver",
         "--interval=30",
+        "--reconcile-interval=300",
         "--log-level=info",
     ]
     env = {e["name"]: e for e in container["env"]}
@@ -171,6 +172,7 @@ def test_driver_values_reach_the_daemonset(render: Any) -> None:
                     "hamiCoreDir": "/opt/hami-core",
                     "serverKind": "300i-duo",
                     "interval": 5,
+                    "reconcileInterval": 60,
                     "cdiDir": "/etc/cdi",
                     "extraArgs": ["--kubeconfig=/etc/k"],
                     "nodeSelector": {"ascend": None, "npu": "yes"},  # null drops a default key
@@ -195,6 +197,7 @@ def test_driver_values_reach_the_daemonset(render: Any) -> None:
         "--cdi-dir=/etc/cdi",
         "--state-dir=/srv/vnpu/claims",
         "--interval=5",
+        "--reconcile-interval=60",
         "--log-level=debug",
         "--kubeconfig=/etc/k",
     ]
