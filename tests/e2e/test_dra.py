@@ -242,6 +242,7 @@ def test_a_resourcequota_on_the_served_resource_holds_a_namespace_to_its_vnpus(
         explain=sandbox.describe_pods,
     )
     sandbox.ctl.run(["delete", "namespace", "team-q", "--wait=false"])
+    sandbox.wait_for(lambda: sandbox.vnpus("duo") == [], "q1's vNPU destroyed")
 
 
 def test_the_duo_exporter_names_a_dra_vnpu_pod_and_its_template(sandbox: Any) -> None:

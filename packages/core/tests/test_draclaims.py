@@ -89,7 +89,8 @@ def test_the_name_follows_the_content() -> None:
     model = _model("Ascend910A")
     first, again = draclaims.whole_chips(model, 2), draclaims.whole_chips(model, 2)
     other = draclaims.whole_chips(model, 4)
-    assert isinstance(first, draclaims.Claim) and isinstance(again, draclaims.Claim)
+    assert isinstance(first, draclaims.Claim)
+    assert isinstance(again, draclaims.Claim)
     assert isinstance(other, draclaims.Claim)
     assert first.name == again.name != other.name
 

@@ -59,3 +59,27 @@ def test_claim_uid_from_cdi_ids(cdi_ids: tuple[str, ...], device: str, uid: str 
     assert draclasses.claim_uid(cdi_ids, device) == uid
     if uid:
         assert draclasses.cdi_id(uid, device) in cdi_ids
+
+
+def test_fill_scoring_weighs_every_resource_the_classes_serve() -> None:
+    """kube-scheduler scores nodes by the NPUs of the pod's kind (MostAllocated), over the
+    resources the DeviceClasses serve: whole chip, each template, each memory tier."""
+    model = catalog.BUILTIN.by_common_word("Ascend310P")
+    assert model is not None
+    served = draclasses.served_resources(model)
+    specs: list[Any] = [c["spec"] for c in draclasses.device_classes(catalog.BUILTIN)]
+    served_classes = {
+        spec["extendedResourceName"]
+        for spec in specs
+        if "extendedResourceName" in spec
+        and "model == 'Ascend310P'" in spec["selectors"][0]["cel"]["expression"]
+    }
+    assert set(served) == served_classes
+    assert served[0] == "huawei.com/Ascend310P"
+    assert "npu.vnpu.io/ascend310p-6144m" in served
+    entry = draclasses.fill_scoring([model])
+    assert entry["name"] == "NodeResourcesFit"
+    strategy = entry["args"]["scoringStrategy"]  # type: ignore[index]
+    assert strategy["type"] == "MostAllocated"
+    assert [r["name"] for r in strategy["resources"]] == list(served)
+    assert {r["weight"] for r in strategy["resources"]} == {1}

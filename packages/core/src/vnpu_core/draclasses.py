@@ -160,3 +160,24 @@ def device_classes(models: catalog.Catalog) -> list[dict[str, object]]:
         out.append(_class(model, f"{word}-vnpu", f"!({template} in ['{WHOLE}', '{SOFT}'])"))
         out.append(_class(model, f"{word}-soft", f"{template} == '{SOFT}'"))
     return out
+
+
+def served_resources(model: catalog.ChipModel) -> tuple[str, ...]:
+    """Every extended resource the DeviceClasses of ``model`` serve: the whole chip, each
+    template, each memory tier."""
+    return (
+        whole_resource(model),
+        *(template_resource(model, t) for t in model.templates),
+        *(tier_resource(model, memory) for memory in sorted(tiers(model))),
+    )
+
+
+def fill_scoring(models: Iterable[catalog.ChipModel]) -> dict[str, object]:
+    """kube-scheduler's NodeResourcesFit configuration that places a pod on the node whose
+    NPUs of its kind are fullest (MostAllocated over the served resources), as classic mode's
+    best-fit does: with DRAExtendedResource it counts a resource's devices allocated on the
+    node against those the node publishes. Without it nodes tie and the first filtered wins
+    (docs/benchmarks.md, "Packing")."""
+    names = [name for model in models for name in served_resources(model)]
+    strategy = {"type": "MostAllocated", "resources": [{"name": n, "weight": 1} for n in names]}
+    return {"name": "NodeResourcesFit", "args": {"scoringStrategy": strategy}}

@@ -51,6 +51,16 @@ def _progress(line: str) -> None:
     print(f"vnpu-sandbox up: {line}", file=sys.stderr)
 
 
+def _models(nodes: Sequence[clusterfile.NodeSpec]) -> list[catalog.ChipModel]:
+    """The chip models of the cluster's nodes, once each, in node order."""
+    found: dict[str, catalog.ChipModel] = {}
+    for node in nodes:
+        model = catalog.BUILTIN.by_chip_name(node.model)
+        if model is not None:
+            found.setdefault(model.common_word, model)
+    return list(found.values())
+
+
 def bring_up(
     run_: startup.Startup,
     where: layout.Layout,
@@ -95,7 +105,7 @@ def bring_up(
     if queueing is not None:
         _install_kueue(run_, plane, run_.tls, queueing, left())
     extender = (
-        manifests.dra_scheduler_config()
+        manifests.dra_scheduler_config(_models(nodes))
         if dra
         else manifests.kube_scheduler_config(components.url(ports.scheduler))
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from vnpu_core import catalog
+from vnpu_core import catalog, draclasses
 
 Json = dict[str, Any]
 
@@ -79,14 +79,21 @@ def kube_scheduler_config(extender_url: str, scheduler_name: str = SCHEDULER_NAM
     }
 
 
-def dra_scheduler_config(scheduler_name: str = SCHEDULER_NAME) -> Json:
+def dra_scheduler_config(
+    models: Sequence[catalog.ChipModel], scheduler_name: str = SCHEDULER_NAME
+) -> Json:
     """kube-scheduler's configuration in DRA mode: it allocates NPUs itself, no extender;
-    pods that name vnpu's profile and pods that name none are both scheduled."""
+    pods that name vnpu's profile and pods that name none are both scheduled, each on the
+    node whose NPUs of ``models`` are fullest (``draclasses.fill_scoring``)."""
+    scoring = [draclasses.fill_scoring(models)]
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": scheduler_name}],
+        "profiles": [
+            {"schedulerName": name, "pluginConfig": scoring}
+            for name in ("default-scheduler", scheduler_name)
+        ],
     }
 
 
