@@ -28,6 +28,7 @@ from vnpu_core import (
     catalog,
     convert,
     deviceconfig,
+    dracli,
     errors,
     plan,
     planfiles,
@@ -430,6 +431,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object instead of tables"
     )
     convert.add_parser(commands)
+    dracli.add_parser(commands)
     return parser
 
 
@@ -451,6 +453,8 @@ def main(
     args = parser.parse_args(argv)
     if args.command == "convert":
         return convert.run(args, stdin or sys.stdin, out, err)
+    if args.command == "dra-scoring":
+        return dracli.run(args, out, err)
     if args.command != "plan":
         parser.print_help(err)
         return EXIT_INPUT
