@@ -181,17 +181,18 @@ def test_a_soft_slice_becomes_a_claim_of_memory_and_core_share(
 ) -> None:
     pod = make.pod("soft", "Ascend310P", 1, 4096, annotations={"huawei.com/vnpu-mode": "hami-core"})
     pod["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend310P-core"] = "30"
-    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "other"}]
-    pod["spec"]["resourceClaims"] = [{"name": "other", "resourceClaimName": "someone"}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "npu-main"}]
+    pod["spec"]["resourceClaims"] = [{"name": "npu-main", "resourceClaimName": "someone"}]
     reply = dra.post("mutate", _review(pod)).json()["response"]
     assert reply["allowed"] is True, reply
     after = _patched(pod, reply)
     other, ours = after["spec"]["resourceClaims"]
-    assert other == {"name": "other", "resourceClaimName": "someone"}
+    assert other == {"name": "npu-main", "resourceClaimName": "someone"}  # the user's own
     assert ours["resourceClaimTemplateName"].startswith("vnpu-ascend310p-soft-1x4096m-30c-")
+    assert ours["name"] == "npu-1"  # npu-main was taken
     assert after["spec"]["containers"][0]["resources"]["claims"] == [
-        {"name": "other"},
         {"name": "npu-main"},
+        {"name": "npu-1"},
     ]
     assert _limits(after) == {}
     made = _template(kube, ours["resourceClaimTemplateName"])

@@ -62,9 +62,15 @@ class Conversion:
     denial: str = ""
 
 
-def _pod_claim_name(container: str, number: int) -> str:
+def _pod_claim_name(container: str, used: set[str]) -> str:
+    """``npu-<container>``, or a numbered name when that is too long or taken (a DNS label)."""
     name = f"npu-{container}"
-    return name if len(name) <= _LABEL else f"npu-{number}"
+    number = 0
+    while len(name) > _LABEL or name in used:
+        number += 1
+        name = f"npu-{number}"
+    used.add(name)
+    return name
 
 
 def _appended(path: tuple[object, ...], present: bool, entry: Json) -> Json:
@@ -109,8 +115,9 @@ def convert(spec: Mapping[str, Any], request: requests.PodRequest) -> Conversion
     said: list[str] = []
     claims: list[draclaims.Claim] = []
     has_claims = bool(spec.get("resourceClaims"))
+    used = {str(c.get("name", "")) for c in spec.get("resourceClaims") or []}
     with_claims = {c for c, _ in request.containers if _has_claims(spec, places.get(c))}
-    for number, item in enumerate(request.requests):
+    for item in request.requests:
         model = item.model
         section, index = places[item.container]
         container = (spec.get(section) or [])[index]
@@ -132,7 +139,7 @@ def convert(spec: Mapping[str, Any], request: requests.PodRequest) -> Conversion
                 )
             continue
         patch += _renamed(resources, where, ours, {})
-        name = _pod_claim_name(item.container, number)
+        name = _pod_claim_name(item.container, used)
         entry = {"name": name, "resourceClaimTemplateName": claim.name}
         patch.append(_appended(("spec", "resourceClaims"), has_claims, entry))
         has_claims = True
