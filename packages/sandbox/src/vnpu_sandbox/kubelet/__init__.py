@@ -12,9 +12,12 @@ driver, scheduler and exporter run against it unchanged:
   the registered DRA drivers;
 * ``dramanager`` - the claim cache, NodePrepareResources / NodeUnprepareResources, and the
   claims each container gets;
+* ``drasync`` - the pod worker's prepare and unprepare calls and their retries;
+* ``slicewiper`` - deleting the node's ResourceSlices at start and a gone driver's after 30 s;
 * ``cdi`` - CDI device names resolved to container edits with the CDI spec files;
 * ``admission`` - admitting one pod (devices for each container, PreStartContainer);
 * ``podstatus`` - the pod status documents the kubelet writes;
+* ``podevents`` - the kubelet's Warning Events on pods;
 * ``podworker`` - watching the node's pods, admitting them one at a time, in order, preparing
   their claims before they start and unpreparing them after;
 * ``statusmanager`` - pod status writes and final deletes, retried until they land;

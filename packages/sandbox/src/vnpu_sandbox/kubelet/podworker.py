@@ -33,7 +33,6 @@ import ipaddress
 import logging
 import queue
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +45,10 @@ from vnpu_sandbox.kubelet import (
     cdi,
     devicemanager,
     dramanager,
+    drasync,
     errors,
     nodestatus,
+    podevents,
     podresources,
     podstatus,
     statusmanager,
@@ -111,15 +112,10 @@ class PodWorker:
         self._watch: apiclient.PodWatch | None = None
         self._threads: list[threading.Thread] = []
         self._network = ipaddress.ip_network(node.pod_cidr, strict=False)
-        self._events_supported = True
+        self._events = podevents.Recorder(api, node.name)
         self._dra = dra
         self._cdi_dir = cdi_dir
-        self._dra_retry = max(dra_retry_seconds, 0.05)
-        self._prepare_due: dict[str, float] = {}
-        """Pods whose claims must be prepared (again), by UID -> when (worker thread only)."""
-        self._unprepare_due: dict[str, tuple[Json, float]] = {}
-        """Pods whose claims must be unprepared (again): UID -> (pod, when)."""
-        self._dra_events: dict[str, str] = {}
+        self._claims = drasync.DraSync(dra, dra_retry_seconds, self._events.warning)
         self.synced = threading.Event()
         """Set once the first pod list has been handled."""
 
@@ -222,14 +218,12 @@ class PodWorker:
 
     # -- worker thread -----------------------------------------------------------------
 
-    def _next_wait(self) -> float | None:
-        dues = list(self._prepare_due.values()) + [d for _, d in self._unprepare_due.values()]
-        return max(0.0, min(dues) - time.monotonic()) if dues else None
-
     def _work_loop(self) -> None:
         while True:
             try:
-                batch: list[tuple[str, Any] | None] = [self._queue.get(timeout=self._next_wait())]
+                batch: list[tuple[str, Any] | None] = [
+                    self._queue.get(timeout=self._claims.next_wait())
+                ]
             except queue.Empty:
                 batch = []
             while True:
@@ -332,8 +326,8 @@ class PodWorker:
             with self._lock:
                 self._tracked[uid] = _Tracked(pod, "running", str(ip) if ip else None)
             log.info("pod_adopted pod=%s", _key(pod))
-            if self._dra is not None and dramanager.uses_claims(pod):
-                self._prepare_due[uid] = 0.0
+            if self._claims.uses_claims(pod):
+                self._claims.prepare_again(uid)
             return False
         return True
 
@@ -342,28 +336,13 @@ class PodWorker:
             log.info("pod_devices_freed pod=%s", _key(pod))
         meta = _meta(pod)
         self._records.remove(str(meta.get("namespace", "")), str(meta.get("name", "")))
-        self._prepare_due.pop(uid, None)
-        self._dra_events.pop(uid, None)
-        self._unprepare(uid, pod)
-
-    def _unprepare(self, uid: str, pod: Json) -> None:
-        """Unprepare the pod's claims now, or schedule a retry when that fails."""
-        if self._dra is None or not self._dra.needs_unprepare(uid):
-            self._unprepare_due.pop(uid, None)
-            return
-        try:
-            self._dra.unprepare(pod)
-        except errors.DraError as exc:
-            log.warning("pod_unprepare_failed pod=%s error=%s", _key(pod), exc)
-            self._unprepare_due[uid] = (pod, time.monotonic() + self._dra_retry)
-            return
-        self._unprepare_due.pop(uid, None)
+        self._claims.unprepare(pod)
 
     def _finish_deletion(self, pod: Json) -> None:
         """The containers have stopped: once the pod's claims are unprepared (the kubelet's
         podResourcesAreReclaimed), the status manager deletes the pod for good."""
         uid = str(_meta(pod).get("uid", ""))
-        if uid in self._unprepare_due:
+        if self._claims.unprepare_pending(uid):
             log.info("pod_deletion_waits_for_unprepare pod=%s", _key(pod))
             return
         log.info("pod_terminated pod=%s", _key(pod))
@@ -371,24 +350,22 @@ class PodWorker:
 
     def _retry_dra(self) -> None:
         """Prepare and unprepare calls whose retry time has come."""
-        now = time.monotonic()
-        for uid, (pod, due) in list(self._unprepare_due.items()):
-            if due <= now:
-                self._unprepare(uid, pod)
-                with self._lock:
-                    tracked = self._tracked.get(uid)
-                if uid not in self._unprepare_due and tracked and tracked.state == "deleting":
-                    self._finish_deletion(tracked.pod)
-        for uid, due in list(self._prepare_due.items()):
-            if due > now:
-                continue
+        unprepare, prepare = self._claims.due()
+        for pod in unprepare:
+            uid = str(_meta(pod).get("uid", ""))
+            self._claims.unprepare(pod)
+            with self._lock:
+                tracked = self._tracked.get(uid)
+            if not self._claims.unprepare_pending(uid) and tracked and tracked.state == "deleting":
+                self._finish_deletion(tracked.pod)
+        for uid in prepare:
             with self._lock:
                 tracked = self._tracked.get(uid)
             if tracked is None or tracked.state not in ("preparing", "running"):
-                self._prepare_due.pop(uid, None)
+                self._claims.forget_prepare(uid)
             elif tracked.state == "preparing":
                 self._start(tracked.pod)
-            elif self._prepare(tracked.pod):  # adopted: prepared again, status unchanged
+            elif self._claims.prepare(tracked.pod):  # adopted: prepared again, status unchanged
                 self._record(tracked.pod)
 
     # -- admission ---------------------------------------------------------------------
@@ -423,28 +400,9 @@ class PodWorker:
                 outcome.message,
             )
             self._write_status(pod, podstatus.rejected(pod, outcome.reason, outcome.message))
-            self._event(pod, outcome.reason, outcome.message)
+            self._events.warning(pod, outcome.reason, outcome.message)
             return
         self._start(pod)
-
-    def _prepare(self, pod: Json) -> bool:
-        """Prepare the pod's claims; False (and a retry scheduled) when that fails."""
-        uid = str(_meta(pod).get("uid"))
-        if self._dra is None or not dramanager.uses_claims(pod):
-            return True
-        try:
-            self._dra.prepare(pod)
-        except errors.DraError as exc:
-            self._prepare_due[uid] = time.monotonic() + self._dra_retry
-            message = f"Failed to prepare dynamic resources: {exc}"
-            log.info("pod_prepare_failed pod=%s error=%s", _key(pod), exc)
-            if self._dra_events.get(uid) != message:  # the recorder would aggregate repeats
-                self._dra_events[uid] = message
-                self._event(pod, "FailedPrepareDynamicResources", message)
-            return False
-        self._prepare_due.pop(uid, None)
-        self._dra_events.pop(uid, None)
-        return True
 
     def _record(self, pod: Json) -> None:
         """Record what the containers got: device plugin answers, claims, CDI edits."""
@@ -486,7 +444,7 @@ class PodWorker:
         """Prepare the claims, then PreStartContainer, then the pod runs."""
         uid = str(_meta(pod).get("uid"))
         now = podstatus.timestamp()
-        if not self._prepare(pod):
+        if not self._claims.prepare(pod):
             with self._lock:
                 first = self._tracked.get(uid) is None or self._tracked[uid].state != "preparing"
                 self._tracked[uid] = _Tracked(pod, "preparing")
@@ -509,7 +467,7 @@ class PodWorker:
                 pod, self._node.ip, outcome.container, reason, outcome.message, now
             )
             self._write_status(pod, status)
-            self._event(pod, "Failed", f"Error: {outcome.message}")
+            self._events.warning(pod, "Failed", f"Error: {outcome.message}")
             return
         ip = self._free_ip()
         with self._lock:
@@ -523,40 +481,6 @@ class PodWorker:
 
     def _write_status(self, pod: Json, status: Json) -> None:
         self._statuses.set_status(pod, status)
-
-    def _event(self, pod: Json, reason: str, message: str) -> None:
-        if not self._events_supported:
-            return
-        meta = _meta(pod)
-        now = podstatus.timestamp()
-        event = {
-            "metadata": {
-                "name": f"{meta.get('name')}.{time.time_ns():x}",
-                "namespace": meta.get("namespace"),
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta.get("namespace"),
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "kubelet", "host": self._node.name},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": "kubelet",
-            "reportingInstance": self._node.name,
-        }
-        try:
-            self._api.create_event(str(meta.get("namespace")), event)
-        except errors.ApiError as exc:
-            if exc.not_found and exc.message.startswith("the server could not find"):
-                self._events_supported = False
-            log.info("pod_event_not_recorded pod=%s error=%s", _key(pod), exc)
 
     def _complete(self, request: _Complete) -> None:
         with self._lock:
