@@ -28,25 +28,20 @@ from pathlib import Path
 
 from vnpu_device_plugin import podplan, settings
 from vnpu_kubelet_api.deviceplugin.v1beta1 import api_pb2
+from vnpu_npu import runtime
 
-VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
-RUNTIME_OPTIONS = "ASCEND_RUNTIME_OPTIONS"
-VIRTUAL = "VIRTUAL"
+VISIBLE_DEVICES = runtime.VISIBLE_DEVICES
+RUNTIME_OPTIONS = runtime.RUNTIME_OPTIONS
+VIRTUAL = runtime.VIRTUAL
 VNPU_SPECS = "ASCEND_VNPU_SPECS"
-MEM_QUOTA = "NPU_MEM_QUOTA"
-PRIORITY = "NPU_PRIORITY"
-GLOBAL_SHM_PATH = "NPU_GLOBAL_SHM_PATH"
-LOCAL_SHM_PATH = "NPU_LOCAL_SHM_PATH"
-
-SHARED_MOUNT = "/hami-shared-region"
-CORE_MOUNT = "/hami-vnpu-core"
-LOCAL_MOUNT = "/hami-vnpu-shmem"
-_DRIVER_FILES = (
-    "/usr/local/bin/npu-smi",
-    "/etc/ascend_install.info",
-    "/usr/local/Ascend/driver/lib64/driver",
-    "/usr/local/Ascend/driver/version.info",
-)
+MEM_QUOTA = runtime.MEM_QUOTA
+PRIORITY = runtime.PRIORITY
+GLOBAL_SHM_PATH = runtime.GLOBAL_SHM_PATH
+LOCAL_SHM_PATH = runtime.LOCAL_SHM_PATH
+SHARED_MOUNT = runtime.SHARED_MOUNT
+CORE_MOUNT = runtime.CORE_MOUNT
+LOCAL_MOUNT = runtime.LOCAL_MOUNT
+_DRIVER_FILES = runtime.DRIVER_FILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +79,7 @@ def soft(
     mounts = [_mount(path, path, True) for path in _DRIVER_FILES]
     mounts += [
         _mount(CORE_MOUNT, paths.core_dir, True),
-        _mount("/etc/ld.so.preload", paths.core_dir / "ld.so.preload", True),
+        _mount(runtime.PRELOAD, paths.core_dir / "ld.so.preload", True),
         _mount(SHARED_MOUNT, paths.shared_dir, False),
         _mount(LOCAL_MOUNT, paths.container_dir(plan.uid, container.container), False),
     ]

@@ -41,6 +41,7 @@ from typing import Any
 
 from vnpu_core import draclasses
 from vnpu_dra_driver import devices, slices
+from vnpu_npu import runtime
 
 Json = dict[str, Any]
 VERSION = "0.6.0"
@@ -50,24 +51,18 @@ CLAIM_ANNOTATION = f"{slices.DRIVER}/claim"
 UID_ANNOTATION = f"{slices.DRIVER}/claim-uid"
 CONTROL_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 
-VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
-RUNTIME_OPTIONS = "ASCEND_RUNTIME_OPTIONS"
-VIRTUAL = "VIRTUAL"
-MEM_QUOTA = "NPU_MEM_QUOTA"
-PRIORITY = "NPU_PRIORITY"
-GLOBAL_SHM_PATH = "NPU_GLOBAL_SHM_PATH"
-LOCAL_SHM_PATH = "NPU_LOCAL_SHM_PATH"
-
-SHARED_MOUNT = "/hami-shared-region"
-CORE_MOUNT = "/hami-vnpu-core"
-LOCAL_MOUNT = "/hami-vnpu-shmem"
-PRELOAD = "/etc/ld.so.preload"
-DRIVER_FILES = (
-    "/usr/local/bin/npu-smi",
-    "/etc/ascend_install.info",
-    "/usr/local/Ascend/driver/lib64/driver",
-    "/usr/local/Ascend/driver/version.info",
-)
+VISIBLE_DEVICES = runtime.VISIBLE_DEVICES
+RUNTIME_OPTIONS = runtime.RUNTIME_OPTIONS
+VIRTUAL = runtime.VIRTUAL
+MEM_QUOTA = runtime.MEM_QUOTA
+PRIORITY = runtime.PRIORITY
+GLOBAL_SHM_PATH = runtime.GLOBAL_SHM_PATH
+LOCAL_SHM_PATH = runtime.LOCAL_SHM_PATH
+SHARED_MOUNT = runtime.SHARED_MOUNT
+CORE_MOUNT = runtime.CORE_MOUNT
+LOCAL_MOUNT = runtime.LOCAL_MOUNT
+PRELOAD = runtime.PRELOAD
+DRIVER_FILES = runtime.DRIVER_FILES
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,9 @@
   exporter reads.
 * ``claimledger`` - the DRA driver's claim ledger document (its vNPUs and soft slices by
   claim), which the DRA driver writes and the exporter reads.
+* ``runtime`` - what a container is told about its NPUs (Ascend's and hami-vnpu-core's
+  variables, mounts and host files), for the device plugin's answers and the DRA driver's
+  CDI specs alike.
 
 The device plugin and the exporter both import this package, so it stays free of gRPC,
 Kubernetes and Prometheus (an import-linter contract checks it).
