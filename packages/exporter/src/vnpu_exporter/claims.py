@@ -25,7 +25,6 @@ from typing import Protocol
 
 from vnpu_exporter import errors
 from vnpu_npu import claimledger
-from vnpu_npu import errors as npu_errors
 
 FILE = claimledger.FILE
 FORMAT = claimledger.FORMAT
@@ -51,11 +50,5 @@ class ClaimLedgerFile:
 
     def read(self) -> Ledger:
         """The ledger as the file is now; ``errors.LedgerError`` when it cannot be read."""
-        try:
-            found = claimledger.scan(self.path)
-        except npu_errors.WrongFormat as exc:
-            problem = f"format is {exc.found!r}, this exporter reads {FORMAT}"
-            raise errors.LedgerError(exc.path, problem) from exc
-        except npu_errors.StateFileError as exc:
-            raise errors.LedgerError(exc.path, exc.problem) from exc
+        found = errors.scan_ledger(claimledger.scan, self.path, FORMAT)
         return Ledger(found.records, len(found.problems))

@@ -18,6 +18,14 @@ values out of the next scrapes; nothing here stops the service once it runs. Onl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from vnpu_npu import errors as npu_errors
+
+R = TypeVar("R")
+
 
 class ExporterError(Exception):
     """Base of every error raised by vnpu-exporter."""
@@ -65,3 +73,15 @@ class LedgerError(SourceError):
     def __init__(self, path: str, problem: str) -> None:
         self.path = path
         super().__init__(f"ownership ledger {path}", problem)
+
+
+def scan_ledger(scan: Callable[[Path], R], path: Path, fmt: str) -> R:
+    """``scan(path)`` of a node-local ledger; a file that cannot be read as a whole (not
+    JSON, another format than ``fmt``) is a ``LedgerError`` saying why."""
+    try:
+        return scan(path)
+    except npu_errors.WrongFormat as exc:
+        problem = f"format is {exc.found!r}, this exporter reads {fmt}"
+        raise LedgerError(exc.path, problem) from exc
+    except npu_errors.StateFileError as exc:
+        raise LedgerError(exc.path, exc.problem) from exc

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Protocol
 
 from vnpu_exporter import errors
-from vnpu_npu import errors as npu_errors
 from vnpu_npu import ledger as npu_ledger
 
 FILE = npu_ledger.FILE
@@ -69,13 +68,7 @@ class LedgerFile:
 
     def read(self) -> Ledger:
         """The ledger as the file is now; ``errors.LedgerError`` when it cannot be read."""
-        try:
-            found = npu_ledger.scan(self.path)
-        except npu_errors.WrongFormat as exc:
-            problem = f"format is {exc.found!r}, this exporter reads {FORMAT}"
-            raise errors.LedgerError(exc.path, problem) from exc
-        except npu_errors.StateFileError as exc:
-            raise errors.LedgerError(exc.path, exc.problem) from exc
+        found = errors.scan_ledger(npu_ledger.scan, self.path, FORMAT)
         usable = tuple(r for r in found.records if _usable(r))
         records = tuple(
             Record(r.namespace, r.pod, r.container, r.chip, r.vnpu_id, r.template) for r in usable
