@@ -205,27 +205,22 @@ class KubeCluster:
         return self._get_or_none(read, namespace, name, f"get configmap {namespace}/{name}")
 
     def create_lease(self, namespace: str, body: Json) -> Json:
-        name = (body.get("metadata") or {}).get("name")
-        return kubeapi.fetch(
-            lambda: self._leases.create_namespaced_lease(
-                namespace,
-                cast(Any, body),
-                _preload_content=False,
-                _request_timeout=_limit(self._timeout),
-            ),
-            f"create lease {namespace}/{name}",
-        )
+        return self._create(self._leases.create_namespaced_lease, namespace, body, "lease")
 
     def create_claim_template(self, namespace: str, body: Json) -> Json:
+        create = self._resource.create_namespaced_resource_claim_template
+        return self._create(create, namespace, body, "resourceclaimtemplate")
+
+    def _create(self, create: Callable[..., Any], namespace: str, body: Json, kind: str) -> Json:
         name = (body.get("metadata") or {}).get("name")
         return kubeapi.fetch(
-            lambda: self._resource.create_namespaced_resource_claim_template(
+            lambda: create(
                 namespace,
                 cast(Any, body),
                 _preload_content=False,
                 _request_timeout=_limit(self._timeout),
             ),
-            f"create resourceclaimtemplate {namespace}/{name}",
+            f"create {kind} {namespace}/{name}",
         )
 
     def get_claim_template(self, namespace: str, name: str) -> Json | None:
