@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo demo-dra bench proto dist chart k8s-bin kwok-bin kueue-bin clean
+.PHONY: all runtime install lint typecheck imports unit test demo demo-dra demo-volcano bench proto dist chart k8s-bin kwok-bin kueue-bin peers-bin peer-charts clean
 
 all: test
 
@@ -79,6 +79,15 @@ demo-dra: $(RUNTIME_STAMP) $(CHART_STAMP) k8s-bin
 	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --rbac $(DEMO_DRA_CHART) --mode dra
 	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --mode dra --manifests examples/demo-dra
 
+# vnpu's device plugin and exporter under Volcano's own scheduler (the operator guide's
+# Topology 2), with both charts' RBAC and Volcano's configuration from
+# deploy/peers/volcano-values.yaml (docs/sandbox.md, "Under a peer's scheduler"). It replaces
+# the sandbox `make demo` left in .sandbox/; try it with examples/volcano/seed.yaml.
+demo-volcano: $(RUNTIME_STAMP) peer-charts k8s-bin
+	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
+	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --scheduler volcano \
+		--peer-chart $(PEER_CHARTS)/volcano.yaml --rbac $(PEER_CHARTS)/vnpu-volcano.yaml
+
 bench: install
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
@@ -129,6 +138,24 @@ kwok-bin:
 # two cores), for `vnpu-sandbox up --kueue` and tests/e2e/test_kueue.py (docs/sandbox.md).
 kueue-bin:
 	bash scripts/kueue-bin.sh
+
+# Volcano's vc-scheduler and vc-controller-manager and HAMi's hami-scheduler, built with `go
+# build` from source archives pinned by sha256 (../shared/peers beside the checkout, or
+# VNPU_PEERS_ARCHIVES, or a checkout of the same commit: scripts/peers-bin.sh) into
+# ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/peers/<peer>/<commit>/ once per machine (about 4.5 and
+# 2 minutes on two cores), for `vnpu-sandbox up --scheduler` and tests/e2e/test_volcano.py.
+peers-bin:
+	bash scripts/peers-bin.sh
+
+# Each peer's own chart rendered with vnpu's values for it (deploy/peers/), and vnpu's chart
+# with its values for that peer, into .venv/peer-charts/: what `vnpu-sandbox up --scheduler`
+# takes (--peer-chart, --rbac).
+PEER_CHARTS := $(VENV)/peer-charts
+peer-charts: $(RUNTIME_STAMP) $(CHART_STAMP) peers-bin
+	@mkdir -p $(PEER_CHARTS)
+	$(BIN)/python scripts/render_chart.py --peer volcano --output $(PEER_CHARTS)/volcano.yaml
+	$(BIN)/python scripts/render_chart.py --values deploy/helm/vnpu/values-volcano.yaml \
+		--output $(PEER_CHARTS)/vnpu-volcano.yaml
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:

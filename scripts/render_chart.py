@@ -8,7 +8,12 @@ is laid out as ``helm template`` lays it out: every document after ``---`` and a
 name); NOTES.txt and templates that render to nothing are left out::
 
     python scripts/render_chart.py [--values FILE]... [--output FILE]
-                                   [--release NAME] [--namespace NAMESPACE]
+                                   [--release NAME] [--namespace NAMESPACE] [--chart DIR]
+
+``--chart`` renders another chart the same way. ``--peer volcano|hami`` renders a peer's own
+chart (from the source ``make peers-bin`` unpacks) with its release name and namespace and
+vnpu's values for it (``deploy/peers/<peer>-values.yaml``, then any ``--values``), for
+``vnpu-sandbox up --scheduler`` (``make peer-charts``; docs/operator-guide.md).
 
 Several ``--values`` files are merged in order, later ones winning key by key (maps merge,
 anything else is replaced), as repeated ``helm -f`` does. Exit status 0 with the manifests on
@@ -27,7 +32,9 @@ from typing import Any, TextIO
 
 import helm_python as helm
 
-CHART = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "vnpu"
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "deploy" / "helm" / "vnpu"
+PEER_VALUES = ROOT / "deploy" / "peers"
 RELEASE = "vnpu"
 NAMESPACE = "kube-system"
 
@@ -133,10 +140,12 @@ def _kind_rank(document: str) -> tuple[int, str]:
     return len(INSTALL_ORDER), kind
 
 
-def render(values: Values, release: str = RELEASE, namespace: str = NAMESPACE) -> str:
+def render(
+    values: Values, release: str = RELEASE, namespace: str = NAMESPACE, chart_dir: Path = CHART
+) -> str:
     """The chart's manifests for ``values`` as one YAML stream, laid out as ``helm template``."""
     try:
-        with helm.Chart.load(CHART) as chart:
+        with helm.Chart.load(chart_dir) as chart:
             rendered = chart.render(values, name=release, namespace=namespace, is_install=True)
     except helm.HelmError as exc:
         raise ChartError(_one_line(exc)) from exc
@@ -147,7 +156,7 @@ def render(values: Values, release: str = RELEASE, namespace: str = NAMESPACE) -
 def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="render_chart.py",
-        description="Render deploy/helm/vnpu to YAML (helm template without a helm binary).",
+        description="Render a Helm chart (default deploy/helm/vnpu) to YAML, as helm template does.",
     )
     parser.add_argument(
         "--values",
@@ -165,13 +174,34 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--namespace", default=NAMESPACE, help=f"release namespace (default {NAMESPACE})"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--chart", type=Path, default=CHART, metavar="DIR", help="the chart (default: vnpu's)"
+    )
+    parser.add_argument(
+        "--peer",
+        choices=("volcano", "hami"),
+        help="render the peer's own chart (`make peers-bin` unpacks it) as vnpu's docs install it",
+    )
+    arguments = parser.parse_args(argv)
+    if arguments.peer is not None:
+        # Imported here: rendering vnpu's own chart needs no vnpu package.
+        from vnpu_sandbox.platform import peers  # noqa: PLC0415
+
+        try:
+            arguments.chart = peers.chart_dir(arguments.peer)
+        except peers.PeerError as exc:
+            parser.error(f"--peer {arguments.peer}: {exc}")
+        _, arguments.release, arguments.namespace = peers.CHARTS[arguments.peer]
+        arguments.values.insert(0, PEER_VALUES / f"{arguments.peer}-values.yaml")
+    return arguments
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO = sys.stdout) -> int:
     arguments = _arguments(sys.argv[1:] if argv is None else argv)
     try:
-        manifests = render(read_values(arguments.values), arguments.release, arguments.namespace)
+        manifests = render(
+            read_values(arguments.values), arguments.release, arguments.namespace, arguments.chart
+        )
     except ChartError as exc:
         print(f"render_chart.py: {exc}", file=sys.stderr)
         return 2

@@ -7,11 +7,14 @@ plugin and the exporter; ``vnpu-sandbox down`` stops it afterwards. vnpu's servi
 RBAC objects of the chart as ``make chart`` renders it. A module changes the sandbox's shape
 with ``CLUSTER`` (the cluster file), ``SCHEDULERS`` (pairs of kube-scheduler and
 vnpu-scheduler), ``PROMETHEUS`` (start one, when it is on PATH), ``KUEUE`` (``up --kueue``:
-Kueue's CRDs, webhooks and manager too) and ``MODE`` (``up --mode``: ``classic`` or ``dra``). Tests drive it the way a person does: the kubectl
+Kueue's CRDs, webhooks and manager too), ``MODE`` (``up --mode``: ``classic`` or ``dra``) and
+``PEER`` (``up --scheduler``: a peer's own scheduler places NPU pods, with its chart and vnpu's
+chart rendered as ``make peer-charts`` renders them). Tests drive it the way a person does: the kubectl
 built beside kube-apiserver, HTTP to the exporters and Prometheus, and the simulated chips'
 files read through the simulated NPU backend. Without the binaries every test here skips,
 naming the command that builds them (fails with VNPU_REQUIRE_K8S=1); so does a ``KUEUE``
-module without Kueue's (``make kueue-bin``; fails with VNPU_REQUIRE_KUEUE=1).
+module without Kueue's (``make kueue-bin``; fails with VNPU_REQUIRE_KUEUE=1) and a ``PEER``
+module without the peer's build (``make peers-bin``; fails with VNPU_REQUIRE_PEERS=1).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import pytest
 import yaml
 
 from vnpu_npu.sim import backend as sim_backend
-from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout
+from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout, peers
 
 CLUSTER = """\
 nodes:
@@ -153,6 +156,16 @@ class Sandbox:
         return result
 
 
+def _render(output: Path, *flags: str) -> None:
+    """A chart rendered by scripts/render_chart.py (vnpu's, or a peer's with ``--peer``)."""
+    rendered = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(output),
+         *flags],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+
+
 @pytest.fixture(scope="module")
 def sandbox(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -173,6 +186,14 @@ def sandbox(
             if os.environ.get("VNPU_REQUIRE_KUEUE") == "1":
                 pytest.fail(f"Kueue is required (VNPU_REQUIRE_KUEUE=1): {exc}")
             pytest.skip(f"Kueue is not built: {exc}")
+    peer = getattr(request.module, "PEER", None)
+    if peer is not None:
+        try:
+            peers.chart_dir(peer)
+        except peers.PeerError as exc:
+            if os.environ.get("VNPU_REQUIRE_PEERS") == "1":
+                pytest.fail(f"the peers are required (VNPU_REQUIRE_PEERS=1): {exc}")
+            pytest.skip(f"{peer} is not built: {exc}")
     directory = tmp_path_factory.mktemp("sb")
     cluster_file = directory / "cluster.yaml"
     cluster_file.write_text(getattr(request.module, "CLUSTER", CLUSTER), encoding="utf-8")
@@ -184,17 +205,19 @@ def sandbox(
     chart = directory / "chart.yaml"
     values = directory / "values.yaml"
     values.write_text(yaml.safe_dump({"global": {"mode": mode}}), encoding="utf-8")
-    rendered = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--output", str(chart),
-         "--values", str(values)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
-    )  # fmt: skip
-    assert rendered.returncode == 0, rendered.stderr
+    peer_flags: tuple[str, ...] = ()
+    if peer is None:
+        _render(chart, "--values", str(values))
+    else:  # as `make peer-charts` renders them
+        _render(chart, "--values", str(ROOT / "deploy" / "helm" / "vnpu" / f"values-{peer}.yaml"))
+        _render(directory / "peer-chart.yaml", "--peer", peer)
+        peer_flags = ("--scheduler", peer, "--peer-chart", str(directory / "peer-chart.yaml"))
     started = sandbox_command(
         "up", "--cluster", str(cluster_file), "--dir", str(directory),
         "--timeout", f"{UP_TIMEOUT_SECONDS:g}", "--schedulers", schedulers, "--rbac", str(chart),
         "--mode", mode,
         *(() if prometheus else ("--no-prometheus",)), *(("--kueue",) if queueing else ()),
+        *peer_flags,
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stderr + started.stdout

@@ -37,8 +37,10 @@ from vnpu_sandbox.platform import (
     kueue,
     layout,
     manifests,
+    peers,
     probes,
     startup,
+    volcano,
 )
 
 
@@ -75,13 +77,15 @@ def bring_up(
     rbac: Path | None = None,
     queueing: kueue.Kueue | None = None,
     dra: bool = False,
+    peer: volcano.Volcano | None = None,
 ) -> None:
     """Start everything; ``prometheus``: its binary (None: none), loading the alert ``rules``;
     ``replicas``: the ports (vnpu-scheduler's, kube-scheduler's) of more pairs of
     kube-scheduler and vnpu-scheduler (see ``_more_schedulers``); ``rbac``: the rendered chart
     whose RBAC objects to apply; ``queueing``: Kueue to run beside it all (None: none);
     ``dra``: DRA mode (the DeviceClasses, kube-scheduler without the extender, the webhook's
-    ``--mode dra`` and a DRA driver on each node instead of the device plugin)."""
+    ``--mode dra`` and a DRA driver on each node instead of the device plugin); ``peer``: the
+    peer's scheduler that places NPU pods instead of vnpu-scheduler (``_start_peer``)."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -98,20 +102,36 @@ def bring_up(
     )
     classes = draclasses.device_classes(catalog.BUILTIN) if dra else []
     try:
-        for document in [*controlplane.rbac_documents(rbac), *webhooks, *classes]:
+        if peer is None:
+            documents = [*controlplane.rbac_documents(rbac), *webhooks, *classes]
+        else:  # the chart with scheduler.enabled=false: no vnpu-scheduler, no webhooks
+            assert rbac is not None  # up refuses a peer without the rendered chart
+            documents = [*controlplane.rbac_documents(rbac), controlplane.device_config(rbac)]
+            documents += volcano.install_documents(peer)
+        for document in documents:
             controlplane.create(plane.api_url, run_.tls, document)
     except controlplane.ControlPlaneError as exc:
         raise startup.StartError("kube-apiserver", str(exc)) from exc
     if queueing is not None:
         _install_kueue(run_, plane, run_.tls, queueing, left())
-    extender = (
-        manifests.dra_scheduler_config(_models(nodes))
-        if dra
-        else manifests.kube_scheduler_config(components.url(ports.scheduler))
-    )
+    if peer is not None:
+        crds = [d["metadata"]["name"] for d in documents if d["kind"] == "CustomResourceDefinition"]
+        run_.wait_ready(
+            left(),
+            names=[],
+            extra=lambda: controlplane.unestablished(plane.api_url, run_.tls, crds),
+            progress=_progress,
+        )
+    if dra:
+        extender = manifests.dra_scheduler_config(_models(nodes))
+    elif peer is not None:
+        extender = manifests.plain_scheduler_config()
+    else:
+        extender = manifests.kube_scheduler_config(components.url(ports.scheduler))
     _write_yaml(where.kube_scheduler_config, controlplane.scheduler_config(plane, extender))
     if prometheus is not None:
-        _write_yaml(where.prometheus / "prometheus.yml", _prometheus_config(ports, rules))
+        config = _prometheus_config(ports, rules, scheduler=peer is None)
+        _write_yaml(where.prometheus / "prometheus.yml", config)
     for node in nodes:
         components.write_chips(where.node(node.name), node)
     run_.start(controlplane.controller_manager(plane))
@@ -127,19 +147,47 @@ def bring_up(
         controlplane.credentials(plane),
         scheduler_flags=controlplane.scheduler_flags(plane),
         dra=dra,
+        scheduler=peer is None,
     ):
         run_.start(component)
     for extra in _more_schedulers(run_, where, ports, plane, replicas):
         run_.start(extra)
+    if peer is not None:
+        _start_peer(run_, plane, nodes, peer, left())
+    peer_name = volcano.SCHEDULER_NAME if peer is not None else None
     run_.wait_ready(
         left(),
         extra=lambda: (
             probes.node_problems(plane.api_url, nodes, run_.tls, dra)
-            or probes.usable(plane.api_url, nodes, run_.tls, dra)
+            or probes.usable(plane.api_url, nodes, run_.tls, dra, peer_name)
             or (kueue.problems(plane.api_url, run_.tls) if queueing is not None else {})
+            or (volcano.problems(plane.api_url, run_.tls) if peer is not None else {})
         ),
         progress=_progress,
     )
+
+
+def _start_peer(
+    run_: startup.Startup,
+    plane: controlplane.Plane,
+    nodes: Sequence[clusterfile.NodeSpec],
+    peer: volcano.Volcano,
+    timeout: float,
+) -> None:
+    """The peer's processes, once every node has published its chips (``volcano``'s
+    docstring says why), each with a fresh token of its service account."""
+    run_.wait_ready(
+        timeout,
+        extra=lambda: probes.node_problems(plane.api_url, nodes, run_.tls),
+        progress=_progress,
+    )
+    assert run_.tls is not None
+    try:
+        volcano.prepare(peer, plane.pki.ca.cert, plane.api_url, run_.tls)
+    except peers.PeerError as exc:
+        raise startup.StartError(volcano.PEER, str(exc)) from exc
+    for component in volcano.components_(peer, plane.ports.api):
+        run_.start(component)
 
 
 def _install_kueue(
@@ -164,15 +212,17 @@ def _install_kueue(
     run_.wait_ready(
         timeout,
         names=[],
-        extra=lambda: kueue.unestablished(plane.api_url, tls, names),
+        extra=lambda: controlplane.unestablished(plane.api_url, tls, names),
         progress=_progress,
     )
 
 
-def _prometheus_config(ports: components.Ports, rules: Path | None) -> dict[str, object]:
+def _prometheus_config(
+    ports: components.Ports, rules: Path | None, scheduler: bool = True
+) -> dict[str, object]:
     loopback = components.LOOPBACK
     return manifests.prometheus_config(
-        f"{loopback}:{ports.scheduler}",
+        f"{loopback}:{ports.scheduler}" if scheduler else None,
         [(n, f"{loopback}:{p}") for n, p in ports.device_plugins.items()],
         [(n, f"{loopback}:{p}") for n, p in ports.exporters.items()],
         [str(rules)] if rules is not None else [],

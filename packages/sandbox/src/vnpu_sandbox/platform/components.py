@@ -164,8 +164,10 @@ def services(
     credentials: Credentials,
     scheduler_flags: Sequence[str] = (),
     dra: bool = False,
+    scheduler: bool = True,
 ) -> list[Component]:
-    """vnpu-scheduler, every node's agents and Prometheus, in start order.
+    """vnpu-scheduler (unless not ``scheduler``), every node's agents and Prometheus, in start
+    order.
 
     ``credentials`` gives each part its own kubeconfig; ``scheduler_flags`` are added to
     vnpu-scheduler's command line. ``dra``: DRA mode (the webhook's ``--mode dra``, and the
@@ -192,7 +194,7 @@ def services(
             ),
             url(ports.scheduler, "/readyz"),
         ),
-    ]
+    ][: 1 if scheduler else 0]
     for node in nodes:
         out.extend(node_agents(where, node, ports, credentials, dra))
     if prometheus is not None and ports.prometheus:

@@ -394,8 +394,33 @@ def rbac_documents(chart: Path | None = None) -> list[dict[str, Any]]:
     return [*accounts, binding]
 
 
+def device_config(chart: Path) -> dict[str, Any]:
+    """The device ConfigMap of the rendered chart (HAMi's ``hami-scheduler-device``): what
+    Volcano's and HAMi's schedulers read the chip models from."""
+    try:
+        documents = list(yaml.safe_load_all(chart.read_text(encoding="utf-8")))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ControlPlaneError(f"--rbac {chart}: cannot read it: {exc}") from exc
+    for document in documents:
+        if not isinstance(document, dict) or document.get("kind") != "ConfigMap":
+            continue
+        labels = (document.get("metadata") or {}).get("labels") or {}
+        if labels.get("app.kubernetes.io/component") == DEVICE_CONFIG_COMPONENT:
+            return document
+    raise ControlPlaneError(
+        f"--rbac {chart}: no device ConfigMap in it (global.deviceConfig.create=false?)"
+    )
+
+
+DEVICE_CONFIG_COMPONENT = "device-config"
+"""The chart's component label of its device ConfigMap."""
+
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+    "CustomResourceDefinition": _CRDS,
     "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
     "ClusterRole": f"{_RBAC}/clusterroles",
     "ClusterRoleBinding": f"{_RBAC}/clusterrolebindings",
@@ -434,3 +459,25 @@ def create(api_url: str, context: ssl.SSLContext, document: dict[str, Any]) -> N
             raise ControlPlaneError(f"cannot create the {kind}: {exc.code} {body}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise ControlPlaneError(f"cannot create the {kind}: {exc}") from exc
+
+
+def unestablished(
+    api_url: str, context: ssl.SSLContext | None, names: Sequence[str]
+) -> dict[str, str]:
+    """The CRDs kube-apiserver does not serve yet, by name, with why: {} once all are."""
+    found = {}
+    for name in names:
+        try:
+            with urllib.request.urlopen(
+                f"{api_url}{_CRDS}/{name}", timeout=10, context=context
+            ) as answer:
+                crd = json.loads(answer.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            found[f"crd/{name}"] = str(exc)
+            continue
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if not any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        ):
+            found[f"crd/{name}"] = "not Established yet"
+    return found

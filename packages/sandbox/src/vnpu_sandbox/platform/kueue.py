@@ -4,7 +4,7 @@
 came from; missing, the message names the command that builds them) and ``Ports.choose`` with
 the other ports. ``bringup`` then calls ``prepare`` (Kueue's configuration file and its copy
 of the sandbox's serving certificate), creates ``crd_documents`` once kube-apiserver answers,
-waits until ``unestablished`` is empty, registers ``webhook_configurations``, starts
+waits until ``controlplane.unestablished`` is empty, registers ``webhook_configurations``, starts
 ``component`` and waits, with everything else, until ``problems`` is empty: a Job created now
 goes through Kueue's webhooks.
 
@@ -43,14 +43,14 @@ import shutil
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vnpu_sandbox.platform import certificates, components, layout
+from vnpu_sandbox.platform import certificates, components, layout, mountns
 
 Json = dict[str, Any]
 
@@ -121,13 +121,10 @@ def build(root: Path | None = None) -> Build:
             f"no Kueue CRDs in {module / CRD_DIR} (the Go module cache was cleaned?): {BUILD_HINT}",
             module,
         )
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        raise KueueError(
-            "Kueue runs in a mount namespace of its own here and needs `unshare` (util-linux) "
-            "on PATH"
-        )
-    return Build(binary, module, unshare)
+    try:
+        return Build(binary, module, mountns.unshare())
+    except mountns.MountError as exc:
+        raise KueueError(f"Kueue: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +199,7 @@ def configuration(kueue: Kueue) -> Json:
 def prepare(kueue: Kueue, pki: certificates.Pki) -> None:
     """Write the configuration file and Kueue's copies of the sandbox's serving certificate."""
     overlay = kueue.etc_overlay
-    if ":" in str(overlay) or "," in str(overlay):  # overlayfs's separators
+    if ":" in str(overlay) or "," in str(overlay):  # overlayfs's separators (mountns.overlay)
         raise KueueError(f"{overlay}: a path with ':' or ',' cannot be mounted over /etc", overlay)
     metrics = kueue.etc_overlay / METRICS_CERTS
     for directory in (kueue.cert_dir, metrics):
@@ -216,28 +213,11 @@ def prepare(kueue: Kueue, pki: certificates.Pki) -> None:
     kueue.config.write_text(text, encoding="utf-8")
 
 
-_OVERLAY = 'mount -t overlay kueue-etc -o "lowerdir=$1:/etc" /etc && shift && exec "$@"'
-
-
 def component(kueue: Kueue, kubeconfig: Path) -> components.Component:
     """The manager, in a mount namespace where ``/etc/kueue/metrics/certs`` is the sandbox's
     certificate (see the module docstring), ready when its webhook server has started."""
-    user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
-    argv = (
-        kueue.build.unshare,
-        "--mount",
-        "--propagation",
-        "private",
-        *user,
-        "/bin/sh",
-        "-c",
-        _OVERLAY,
-        "kueue-etc",
-        str(kueue.etc_overlay),
-        str(kueue.build.binary),
-        f"--config={kueue.config}",
-        f"--kubeconfig={kubeconfig}",
-    )
+    manager = (str(kueue.build.binary), f"--config={kueue.config}", f"--kubeconfig={kubeconfig}")
+    argv = mountns.overlay(kueue.build.unshare, "kueue-etc", kueue.etc_overlay, "/etc", manager)
     return components.Component("kueue", argv, components.url(kueue.ports.health, "/readyz"))
 
 
@@ -358,25 +338,6 @@ def create_crds(api_url: str, context: ssl.SSLContext | None, crds: Iterable[Jso
         except KueueError as exc:
             if exc.status != 409:
                 raise
-
-
-def unestablished(
-    api_url: str, context: ssl.SSLContext | None, names: Sequence[str]
-) -> dict[str, str]:
-    """The CRDs kube-apiserver does not serve yet, by name, with why: {} once all are."""
-    found = {}
-    for name in names:
-        try:
-            crd = _send(f"{api_url}{_CRDS}/{name}", context)
-        except KueueError as exc:
-            found[f"crd/{name}"] = exc.problem
-            continue
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if not any(
-            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
-        ):
-            found[f"crd/{name}"] = "not Established yet"
-    return found
 
 
 def probe_job(namespace: str = "default") -> Json:

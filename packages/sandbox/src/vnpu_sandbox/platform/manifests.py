@@ -79,6 +79,17 @@ def kube_scheduler_config(extender_url: str, scheduler_name: str = SCHEDULER_NAM
     }
 
 
+def plain_scheduler_config() -> Json:
+    """kube-scheduler's configuration when a peer places NPU pods: the default profile alone,
+    for the pods that name no scheduler (the peer's scheduler runs beside it)."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "default-scheduler"}],
+    }
+
+
 def dra_scheduler_config(
     models: Sequence[catalog.ChipModel], scheduler_name: str = SCHEDULER_NAME
 ) -> Json:
@@ -153,13 +164,14 @@ def webhook_configurations(scheduler_url: str, ca_bundle: str | None = None) -> 
 
 
 def prometheus_config(
-    scheduler: str,
+    scheduler: str | None,
     device_plugins: Sequence[tuple[str, str]],
     exporters: Sequence[tuple[str, str]],
     rule_files: Iterable[str],
     interval_seconds: int = 5,
 ) -> Json:
-    """Prometheus scraping every part; ``device_plugins``/``exporters`` are (node, host:port).
+    """Prometheus scraping every part; ``device_plugins``/``exporters`` are (node, host:port),
+    ``scheduler`` vnpu-scheduler's (None: it does not run).
 
     The device plugin's series get the node as a target label; the exporter's carry ``node``
     themselves, and a target label of the same name would rename theirs to ``exported_node``.
@@ -173,7 +185,11 @@ def prometheus_config(
         },
         "rule_files": list(rule_files),
         "scrape_configs": [
-            {"job_name": "vnpu-scheduler", "static_configs": [{"targets": [scheduler]}]},
+            *(
+                [{"job_name": "vnpu-scheduler", "static_configs": [{"targets": [scheduler]}]}]
+                if scheduler is not None
+                else []
+            ),
             {"job_name": "vnpu-device-plugin", "static_configs": plugin_targets},
             {
                 "job_name": "vnpu-exporter",

@@ -97,8 +97,11 @@ def usable(
     nodes: Sequence[clusterfile.NodeSpec],
     context: ssl.SSLContext | None = None,
     dra: bool = False,
+    peer_scheduler: str | None = None,
 ) -> dict[str, str]:
-    """Whether an NPU pod created in ``default`` now would be admitted and routed to vnpu.
+    """Whether an NPU pod created in ``default`` now would be admitted and routed to vnpu;
+    with ``peer_scheduler``, whether one naming that scheduler would be admitted (no vnpu
+    webhook runs beside a peer).
 
     A server-side dry run (``dryRun=All``: admission runs, nothing is stored) of a pod asking
     one chip of the first node's model: it fails while the ``default`` ServiceAccount does not
@@ -117,13 +120,14 @@ def usable(
         "kind": "Pod",
         "metadata": {"name": PROBE_POD, "namespace": "default"},
         "spec": {
+            **({"schedulerName": peer_scheduler} if peer_scheduler else {}),
             "containers": [
                 {
                     "name": "main",
                     "image": "probe",
                     "resources": {"limits": limits},
                 }
-            ]
+            ],
         },
     }
     request = urllib.request.Request(
@@ -144,6 +148,8 @@ def usable(
         return {"admission": f"an NPU pod in default is refused: {message[:200]}"}
     except (OSError, ValueError) as exc:
         return {"admission": f"cannot ask kube-apiserver: {exc}"}
+    if peer_scheduler:
+        return {}
     if dra:
         asked = admitted.get("spec", {}).get("containers", [{}])[0].get("resources", {})
         if model is not None and model.resource_name in asked.get("limits", {}):

@@ -29,8 +29,10 @@ from vnpu_sandbox.platform import (
     controlplane,
     kueue,
     layout,
+    peers,
     processes,
     startup,
+    volcano,
 )
 
 NAME = "up"
@@ -121,6 +123,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "webhooks and its manager, with the batch/job integration",
     )
     parser.add_argument(
+        "--scheduler",
+        choices=("vnpu", *PEERS),
+        default="vnpu",
+        help="who schedules NPU pods in classic mode: vnpu (vnpu-scheduler as kube-scheduler's "
+        "extender), or a peer as its users run it, with vnpu's device plugin and exporter on "
+        "the nodes: volcano (vc-scheduler's deviceshare, pods name schedulerName volcano) or "
+        "hami (HAMi's scheduler and webhook); a peer needs `make peers-bin`, --peer-chart and "
+        "--rbac (docs/sandbox.md) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--peer-chart",
+        type=Path,
+        metavar="FILE",
+        help="with --scheduler volcano|hami: the peer's own chart rendered with vnpu's values "
+        "for it (`make peer-charts`): its CRDs, service accounts, roles, ConfigMaps and the "
+        "arguments its Deployments run with",
+    )
+    parser.add_argument(
         "--alert-rules",
         type=Path,
         metavar="FILE",
@@ -168,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
         built = kueue.build() if args.kueue else None
     except kueue.KueueError as exc:
         return _fail(f"--kueue: {exc}")
+    try:
+        peer_build, peer_chart = _peer_parts(args)
+    except peers.PeerError as exc:
+        return _fail(str(exc))
     too_long = components.longest_socket(where, nodes)
     if too_long is not None:
         return _fail(
@@ -179,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--alert-rules {rules}: no such file")
     if args.rbac is not None and not args.rbac.is_file():
         return _fail(f"--rbac {args.rbac}: no such file")
-    for stale in ("nodes", "logs", "prometheus", "control-plane", "kueue"):
+    for stale in ("nodes", "logs", "prometheus", "control-plane", "kueue", *PEERS):
         shutil.rmtree(where.root / stale, ignore_errors=True)
     pick = components.PortPicker()
     try:
@@ -193,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
         plane = controlplane.Plane.at(where, controlplane.Ports.choose(pick, ports.api), bins)
         replicas = [(pick(), pick()) for _ in range(args.schedulers - 1)]
         queueing = None if built is None else kueue.Kueue.at(where, built, kueue.Ports.choose(pick))
+        peer = (
+            None
+            if peer_build is None
+            else volcano.Volcano.at(where, peer_build, peer_chart, volcano.Ports.choose(pick))
+        )
     finally:
         pick.close()
     record = layout.Record(
@@ -202,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
         nodes=list(nodes),
         ports=ports.as_dict()
         | plane.ports.as_dict()
-        | (queueing.ports.as_dict() if queueing is not None else {}),
+        | (queueing.ports.as_dict() if queueing is not None else {})
+        | (peer.ports.as_dict() if peer is not None else {}),
         prometheus_url=components.url(ports.prometheus) if prometheus else None,
     )
     run_ = startup.Startup(where, record)
@@ -210,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         bringup.bring_up(
             run_, where, nodes, ports, plane, args.timeout,
             prometheus=prometheus, rules=rules, replicas=replicas, rbac=args.rbac,
-            queueing=queueing, dra=args.mode == "dra",
+            queueing=queueing, dra=args.mode == "dra", peer=peer,
         )  # fmt: skip
     except startup.StartError as exc:
         run_.stop_all()
@@ -226,8 +256,52 @@ def run(args: argparse.Namespace) -> int:
         *notes,
         *(["DRA mode: kube-scheduler allocates NPUs (docs/dra.md)"] if args.mode == "dra" else []),
     ]
-    print(summary(where, record, nodes, time.monotonic() - began, notes, dra=args.mode == "dra"))
+    print(
+        summary(
+            where, record, nodes, time.monotonic() - began, notes,
+            dra=args.mode == "dra", scheduler=args.scheduler,
+        )
+    )  # fmt: skip
     return 0
+
+
+PEERS = {"volcano": volcano.BINARIES}
+"""The peers ``--scheduler`` can run, with the binaries each needs."""
+
+
+def _peer_parts(args: argparse.Namespace) -> tuple[peers.Build | None, list[peers.Json]]:
+    """The build and rendered chart of the peer ``--scheduler`` names (None, [] for vnpu);
+    PeerError says what is wrong with the flags or the build."""
+    problem = _peer_problem(args)
+    if problem:
+        raise peers.PeerError(problem)
+    if args.scheduler not in PEERS:
+        return None, []
+    try:
+        built = peers.build(args.scheduler, PEERS[args.scheduler])
+        return built, peers.read_chart(args.peer_chart)
+    except peers.PeerError as exc:
+        raise peers.PeerError(f"--scheduler {args.scheduler}: {exc}", exc.path) from exc
+
+
+def _peer_problem(args: argparse.Namespace) -> str:
+    """What is wrong with the flags of a peer's scheduler, or ''."""
+    if args.scheduler not in PEERS:
+        return "--peer-chart: only with --scheduler volcano|hami" if args.peer_chart else ""
+    if args.mode != "classic":
+        return f"--scheduler {args.scheduler}: only in classic mode (the peers read the device "\
+            "plugin's annotations)"  # fmt: skip
+    if args.schedulers != 1:
+        return f"--schedulers: only with --scheduler vnpu, not {args.scheduler}"
+    if args.peer_chart is None or args.rbac is None:
+        return (
+            f"--scheduler {args.scheduler} needs --peer-chart (its chart rendered: `make "
+            "peer-charts`) and --rbac (vnpu's chart rendered with its values for the peer, "
+            "which hold the device ConfigMap the peer reads)"
+        )
+    if not args.peer_chart.is_file():
+        return f"--peer-chart {args.peer_chart}: no such file"
+    return ""
 
 
 def _prometheus(args: argparse.Namespace) -> tuple[str | None, Path | None, list[str]]:
@@ -251,6 +325,7 @@ def summary(
     seconds: float,
     notes: list[str],
     dra: bool = False,
+    scheduler: str = "vnpu",
 ) -> str:
     """What ``up`` prints once ready: how to use the sandbox, its ports and logs."""
     lines = [
@@ -260,9 +335,17 @@ def summary(
         "  kubectl get nodes",
         "",
         f"  kube-apiserver   {record.api_url}",
-        f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
-        + ("  (webhooks, /metrics)" if dra else "  (extender, webhooks, /metrics)"),
     ]
+    if scheduler == "volcano":
+        lines.append(
+            f"  vc-scheduler     {components.url(record.ports['volcano-scheduler-metrics'])}"
+            f"  (/metrics; NPU pods name schedulerName {volcano.SCHEDULER_NAME})"
+        )
+    else:
+        lines.append(
+            f"  vnpu-scheduler   {components.url(record.ports['scheduler'])}"
+            + ("  (webhooks, /metrics)" if dra else "  (extender, webhooks, /metrics)")
+        )
     if record.prometheus_url:
         lines.append(f"  Prometheus       {record.prometheus_url}")
     if "kueue-webhook" in record.ports:
