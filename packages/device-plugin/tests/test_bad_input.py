@@ -159,3 +159,56 @@ def test_get_preferred_allocation_without_a_waiting_pod_still_answers(running: N
     )
     response = running.stub().GetPreferredAllocation(request, timeout=10)
     assert list(response.container_responses[0].deviceIDs) == [f"{uuids[1]}-3", f"{uuids[0]}-0"]
+
+
+def test_volcanos_oversize_decision_fails_the_pod_and_creates_nothing(
+    running: Node, kit: Kit
+) -> None:
+    """Volcano's trimMemory turns a 30000 MiB ask on a 310P (24576 MiB) into memory 0 and
+    template vir01; the plugin refuses it rather than create a 3072 MiB vNPU."""
+    node = running
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "limits": {f"huawei.com/{CW}": "1", f"huawei.com/{CW}-memory": "30000"}
+                    },
+                }
+            ]
+        },
+    }
+    node.api.core.create_namespaced_pod(node.namespace, body, _preload_content=False)
+    node.api.lock(None)  # Volcano's bare lock
+    node.api.bind("big", node.api.decision([[kit.Grant(1, "vir01", 0)]]))
+    assert node.api.annotations("big")[protocol.to_allocate_key(CW)].endswith(",0,0:;")
+
+    kit.wait_for(lambda: node.api.phase("big") == "Failed", what="the oversize pod failed")
+    message = node.api.pod("big")["status"].get("message", "")
+    assert (
+        f"pod {node.namespace}/big container main: template vir01 (3072 MiB) is smaller than "
+        "the 30000 MiB asked; an Ascend310P chip has 24576 MiB"
+    ) in message
+    assert "InvalidArgument" in message or "INVALID_ARGUMENT" in message
+    assert node.vnpus() == []
+    assert node.api.annotations("big")[protocol.BIND_PHASE_KEY] == "failed"
+    assert protocol.NODE_LOCK_KEY not in node.api.node_annotations()
+    warnings = [
+        (e.get("reason"), e.get("type"), (e.get("source") or {}).get("component"))
+        for e in node.api.event_list()
+        if (e.get("involvedObject") or {}).get("name") == "big"
+    ]
+    assert ("DecisionTooSmall", "Warning", "vnpu-device-plugin") in warnings
+    assert (
+        node.plugin.stats.registry.get_sample_value(
+            "vnpu_device_plugin_allocations_total", {"result": "decision_too_small"}
+        )
+        == 1
+    )
+    node.api.place("fine", [[kit.Grant(1, "vir02", 6144)]])  # the node goes on serving
+    kit.wait_for(lambda: node.running("fine"), what="the next pod served")

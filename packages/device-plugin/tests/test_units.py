@@ -319,6 +319,271 @@ def test_admission_order_puts_partly_served_then_bound_first() -> None:
     )
 
 
+# -- pod plan: a decision never gives less memory than asked -------------------------------
+
+RUNTIME = protocol.runtime_key(CW)
+TO_ALLOCATE = protocol.to_allocate_key(CW)
+
+
+def _asking(
+    entry: str,
+    runtime: list[dict[str, Any]] | None,
+    memory: str | None,
+    *,
+    part: str = "limits",
+    soft: bool = False,
+    chip: backend.ChipInfo | None = None,
+) -> dict[str, Any]:
+    """A one-container pod ``c0`` asking for one device and ``memory`` (None: no -memory),
+    with a decision of one entry (``{u}`` is the chip's UUID) and its runtime info."""
+    u = (chip or _chip(0)).uuid
+    notes = _notes(
+        entry.replace("{u}", u),
+        None if runtime is None else json.dumps([{**r, "UUID": u} for r in runtime]),
+    )
+    if soft:
+        notes[protocol.VNPU_MODE_KEY] = protocol.SOFT_MODE_VALUE
+    pod = _pod(notes)
+    if memory is not None:
+        resources = pod["spec"]["containers"][0]["resources"]
+        resources.setdefault(part, {})[f"huawei.com/{CW}-memory"] = memory
+    return pod
+
+
+# (decision entry, runtime info, the container's -memory, the annotation named, the message)
+REFUSED_HARD = [
+    pytest.param(
+        "{u},Ascend310P,0,0:;",
+        [{"temp": "vir01"}],
+        "30000",
+        RUNTIME,
+        "template vir01 (3072 MiB) is smaller than the 30000 MiB asked; "
+        "an Ascend310P chip has 24576 MiB",
+        id="volcano-oversize-vir01",
+    ),
+    pytest.param(
+        "{u},Ascend310P,0,0:;",
+        [{"temp": ""}],
+        "30000",
+        TO_ALLOCATE,
+        "a whole chip is smaller than the 30000 MiB asked; an Ascend310P chip has 24576 MiB",
+        id="volcano-oversize-empty-temp",
+    ),
+    pytest.param(
+        "{u},Ascend310P,0,0:;",
+        None,
+        "30k",
+        TO_ALLOCATE,
+        "a whole chip is smaller than the 30000 MiB asked; an Ascend310P chip has 24576 MiB",
+        id="memory-0-no-runtime-info-oversize",
+    ),
+    pytest.param(
+        "{u},Ascend310P,0,0:;",
+        [{"temp": "vir01"}],
+        "4Gi",
+        RUNTIME,
+        "template vir01 (3072 MiB) is smaller than the 4294967296 MiB asked; "
+        "an Ascend310P chip has 24576 MiB",
+        id="binary-unit-read-as-the-peers-read-it",
+    ),
+    pytest.param(
+        "{u},Ascend310P,6144,0:;",
+        [{"temp": "vir01"}],
+        None,
+        RUNTIME,
+        "template vir01 (3072 MiB) is smaller than the 6144 MiB its decision accounts; "
+        "an Ascend310P chip has 24576 MiB",
+        id="template-below-decision-memory",
+    ),
+    pytest.param(
+        "{u},Ascend310P,3072,0:;",
+        [{"temp": "vir01"}],
+        "4000",
+        RUNTIME,
+        "template vir01 (3072 MiB) is smaller than the 4000 MiB asked; "
+        "an Ascend310P chip has 24576 MiB",
+        id="template-below-the-pods-limit",
+    ),
+    pytest.param(
+        "{u},Ascend310P,3072,0:;",
+        None,
+        "7000",
+        TO_ALLOCATE,
+        "template vir01 (3072 MiB) is smaller than the 7000 MiB asked; "
+        "an Ascend310P chip has 24576 MiB",
+        id="rounded-template-below-the-pods-limit",
+    ),
+    pytest.param(
+        "{u},Ascend310P,21527,0:;",
+        [{}],
+        "30000",
+        TO_ALLOCATE,
+        "a whole chip is smaller than the 30000 MiB asked; an Ascend310P chip has 24576 MiB",
+        id="whole-chip-for-more-than-the-chip",
+    ),
+    pytest.param(
+        "{u},Ascend310P,30000,0:;",
+        [{}],
+        None,
+        TO_ALLOCATE,
+        "a whole chip is smaller than the 30000 MiB its decision accounts; "
+        "an Ascend310P chip has 24576 MiB",
+        id="whole-chip-decision-above-the-chip",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "runtime", "memory", "key", "message"), REFUSED_HARD)
+def test_a_decision_smaller_than_the_ask_is_refused_naming_what_and_why(
+    entry: str, runtime: list[dict[str, Any]] | None, memory: str | None, key: str, message: str
+) -> None:
+    with pytest.raises(errors.DecisionTooSmall) as caught:
+        podplan.read(_asking(entry, runtime, memory), _inventory())
+    refused = caught.value
+    assert str(refused) == f"pod ns/p container c0: {message}"
+    assert (refused.pod, refused.container, refused.key) == ("ns/p", "c0", key)
+    assert refused.chip_mib == 24576
+    assert refused.code == "INVALID_ARGUMENT"
+    assert refused.result == "decision_too_small"
+    assert refused.result in metrics.ALLOCATION_RESULTS
+    assert isinstance(refused, errors.BadAnnotation)  # the finder fails the pod as for any
+    assert refused.asked_mib is not None
+    assert refused.asked_mib > refused.given_mib
+
+
+def test_the_pods_request_counts_when_it_gives_no_limit() -> None:
+    pod = _asking("{u},Ascend310P,3072,0:;", [{"temp": "vir01"}], "4000", part="requests")
+    with pytest.raises(errors.DecisionTooSmall, match="smaller than the 4000 MiB asked"):
+        podplan.read(pod, _inventory())
+
+
+@pytest.mark.parametrize(
+    ("entry", "runtime", "memory", "template"),
+    [
+        pytest.param("{u},Ascend310P,3072,0:;", [{"temp": "vir01"}], "3072", "vir01", id="equal"),
+        pytest.param("{u},Ascend310P,6144,0:;", [{"temp": "vir02"}], "3000", "vir02", id="bigger"),
+        pytest.param("{u},Ascend310P,3072,0:;", None, "3k", "vir01", id="rounded-3k"),
+        pytest.param("{u},Ascend310P,12288,0:;", [{"temp": "vir04_3c"}], "12288", "vir04_3c"),
+        pytest.param("{u},Ascend310P,21527,0:;", [{}], "21527", None, id="whole-allocatable"),
+        # HAMi's and vnpu's rounding give an ask above the allocatable memory, up to the
+        # capacity, a whole chip: all a chip gives.
+        pytest.param("{u},Ascend310P,21527,0:;", [{}], "24576", None, id="whole-capacity"),
+        # Memory 0 and no template: HAMi's "whole card"; the pod's own ask fits in a chip.
+        pytest.param("{u},Ascend310P,0,0:;", None, None, None, id="memory-0-whole-card"),
+        pytest.param("{u},Ascend310P,0,0:;", [{}], "4000", None, id="memory-0-whole-for-4000"),
+        # Volcano's smallest-template rounding of 0 for a pod that asks no memory gives at
+        # least what it asks.
+        pytest.param("{u},Ascend310P,0,0:;", [{"temp": "vir01"}], None, "vir01", id="0-vir01"),
+        pytest.param("{u},Ascend310P,0,0:;", [{"temp": "vir01"}], "0", "vir01", id="asks-0"),
+    ],
+)
+def test_a_decision_with_at_least_the_ask_is_served(
+    entry: str, runtime: list[dict[str, Any]] | None, memory: str | None, template: str | None
+) -> None:
+    plan = podplan.read(_asking(entry, runtime, memory), _inventory())
+    assert [d.template for d in plan.pending[0].devices] == [template]
+
+
+@pytest.mark.parametrize(
+    ("entry", "runtime", "memory", "message"),
+    [
+        pytest.param(
+            "{u},Ascend310P,0,30:;",
+            [{"core": 30}],
+            None,
+            "a soft slice of 0 MiB has no memory quota (a soft pod that names no memory gets "
+            "the chip's 21527 MiB); an Ascend310P chip has 24576 MiB",
+            id="memory-0-is-no-quota",
+        ),
+        pytest.param(
+            "{u},Ascend310P,0,30:;",
+            [{"memory": 0, "core": 30}],
+            "4096",
+            "a soft slice of 0 MiB has no memory quota",
+            id="memory-0-for-an-ask",
+        ),
+        pytest.param(
+            "{u},Ascend310P,4096,30:;",
+            [{"memory": 4096, "core": 30}],
+            "8192",
+            "a soft slice of 4096 MiB is smaller than the 8192 MiB asked; "
+            "an Ascend310P chip has 24576 MiB",
+            id="below-the-pods-limit",
+        ),
+        pytest.param(
+            "{u},Ascend310P,4096,30:;",
+            [{"memory": 2048, "core": 30}],
+            None,
+            "a soft slice of 2048 MiB is smaller than the 4096 MiB its decision accounts",
+            id="runtime-quota-below-the-entry",
+        ),
+        pytest.param(
+            "{u},Ascend310P,30000,30:;",
+            [{"memory": 30000, "core": 30}],
+            "30000",
+            "the 30000 MiB asked is more than an Ascend310P chip has (24576 MiB)",
+            id="more-than-the-chip",
+        ),
+    ],
+)
+def test_a_soft_slice_smaller_than_asked_or_of_0_mib_is_refused(
+    entry: str, runtime: list[dict[str, Any]], memory: str | None, message: str
+) -> None:
+    pod = _asking(entry, runtime, memory, soft=True)
+    with pytest.raises(errors.DecisionTooSmall) as caught:
+        podplan.read(pod, _inventory(soft=True))
+    assert message in str(caught.value)
+    assert caught.value.template is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "runtime", "memory", "quota"),
+    [
+        ("{u},Ascend310P,4096,30:;", [{"memory": 4096, "core": 30}], "4096", 4096),
+        ("{u},Ascend310P,4096,30:;", [{"core": 30}], None, 4096),  # the entry's memory
+        # An ask above what a chip gives a slice gets all of it, as vnpu's scheduler rounds.
+        ("{u},Ascend310P,21527,30:;", [{"memory": 21527, "core": 30}], "22000", 21527),
+    ],
+)
+def test_a_soft_slice_of_at_least_the_ask_is_served(
+    entry: str, runtime: list[dict[str, Any]], memory: str | None, quota: int
+) -> None:
+    plan = podplan.read(_asking(entry, runtime, memory, soft=True), _inventory(soft=True))
+    assert [d.memory_mib for d in plan.pending[0].devices] == [quota]
+
+
+def test_the_memory_factor_scales_the_ask_as_the_peers_scale_it() -> None:
+    builtin = catalog.BUILTIN.by_common_word(CW)
+    assert builtin is not None
+    model = dataclasses.replace(builtin, memory_factor=2)
+    inventory = devices.build("n1", (_chip(0),), catalog.BUILTIN.replace([model]), soft=False)
+    pod = _asking("{u},Ascend310P,3072,0:;", [{"temp": "vir01"}], "2000")
+    with pytest.raises(errors.DecisionTooSmall) as caught:
+        podplan.read(pod, inventory)
+    assert "smaller than the 4000 MiB asked (huawei.com/Ascend310P-memory: 2000 × memory " in str(
+        caught.value
+    )
+    assert podplan.read(_asking("{u},Ascend310P,3072,0:;", [{"temp": "vir01"}], "1500"), inventory)
+
+
+def test_an_unreadable_memory_ask_is_refused_naming_the_resource() -> None:
+    pod = _asking("{u},Ascend310P,3072,0:;", [{"temp": "vir01"}], "lots")
+    with pytest.raises(errors.DecisionTooSmall) as caught:
+        podplan.read(pod, _inventory())
+    assert "huawei.com/Ascend310P-memory 'lots' is not a quantity" in str(caught.value)
+    assert caught.value.asked_mib is None
+
+
+def test_an_unnamed_container_is_checked_against_its_decision_only() -> None:
+    # Two containers ask and the decision has one entry: neither layout, so no names.
+    pod = _asking("{u},Ascend310P,6144,0:;", [{"temp": "vir01"}], "30000")
+    pod["spec"]["containers"].append(dict(pod["spec"]["containers"][0], name="c1"))
+    with pytest.raises(errors.DecisionTooSmall) as caught:
+        podplan.read(pod, _inventory())
+    assert str(caught.value).startswith("pod ns/p container #0: template vir01 (3072 MiB) is ")
+    assert "the 6144 MiB its decision accounts" in str(caught.value)
+
+
 # -- environment contract ------------------------------------------------------------------
 
 

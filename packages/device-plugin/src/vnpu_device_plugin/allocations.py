@@ -361,7 +361,7 @@ class Allocations:
             )
         except kubeapi.ApiError as exc:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
-        if isinstance(error, errors.GrantConflict | errors.InvalidName):
+        if isinstance(error, errors.GrantConflict | errors.InvalidName | errors.DecisionTooSmall):
             self._warn(pod, type(error).__name__, str(error))
         self._release_for(namespace, name)
 

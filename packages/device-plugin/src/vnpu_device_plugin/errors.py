@@ -1,7 +1,8 @@
 """Errors of the device plugin service (the NPU access layer has its own, in ``npu.errors``).
 
 ``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation`` for a pod whose
-scheduler annotations cannot be served and ``names`` ``InvalidName`` for a name it will not
+scheduler annotations cannot be served (``DecisionTooSmall`` when the decision gives a
+container less memory than it asks) and ``names`` ``InvalidName`` for a name it will not
 put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``GrantConflict``;
 ``lifecycle`` raises ``VnpuFailed``; ``ledger``, ``grants`` and ``statefile`` raise
 ``LedgerError``. The gRPC servicer (``service``) turns each into a status code::
@@ -12,6 +13,8 @@ put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``Grant
     │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
     │   ├── PodNotIdentified not one pod with a decision that fits (reason)       -> FAILED_PRECONDITION
     │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
+    │   │   └── DecisionTooSmall the decision gives a container less memory than it asks
+    │   │                       (container, template, given_mib, asked_mib, chip_mib) -> INVALID_ARGUMENT
     │   ├── InvalidName     a pod, namespace, container name or UID is malformed (field, value) -> INVALID_ARGUMENT
     │   ├── GrantConflict   the decision takes what this plugin granted a live pod (chip, reason)
     │   │                   -> FAILED_PRECONDITION (chip held) / RESOURCE_EXHAUSTED (over a budget)
@@ -106,6 +109,42 @@ class BadAnnotation(AllocateError):
         if len(shown) > 120:
             shown = shown[:117] + "..."
         super().__init__(f"pod {pod}: annotation {key}: {problem} (got {shown})")
+
+
+class DecisionTooSmall(BadAnnotation):
+    """The decision for container ``container`` of pod ``pod`` gives less memory than it asks.
+
+    ``template`` is the hard vNPU template the decision names (None for a whole chip or a
+    soft slice) and ``given_mib`` what the device gives (a whole chip: the chip's memory);
+    ``asked_mib`` is what it had to give at least (the container's ``-memory`` resource or
+    the decision's own memory figure; None when there is none to name: a container figure
+    that is not a quantity, a soft slice of 0 MiB for a container that names no memory);
+    ``chip_mib`` is the chip's memory. ``key`` and ``value`` name the annotation the
+    device's size comes from.
+    """
+
+    result = "decision_too_small"
+
+    def __init__(
+        self,
+        pod: str,
+        container: str,
+        key: str,
+        value: object,
+        problem: str,
+        *,
+        template: str | None,
+        given_mib: int,
+        asked_mib: int | None,
+        chip_mib: int,
+    ) -> None:
+        super().__init__(pod, key, value, problem)
+        self.container = container
+        self.template = template
+        self.given_mib = given_mib
+        self.asked_mib = asked_mib
+        self.chip_mib = chip_mib
+        self.args = (f"pod {pod} container {container}: {problem}",)
 
 
 class InvalidName(AllocateError):

@@ -37,6 +37,7 @@ ALLOCATION_RESULTS = (
     "invalid_request",  # unknown device ids, a malformed request
     "pod_not_identified",  # no single pod matches the request
     "bad_annotation",  # the pod's annotations cannot be served; the pod is failed
+    "decision_too_small",  # the decision gives a container less memory than it asks
     "invalid_name",  # a namespace, pod or container name or a UID the plugin will not use
     "grant_conflict",  # the decision takes what a live pod holds, or goes over a budget
     "vnpu_failed",  # the driver refused or failed a vNPU create

@@ -10,15 +10,31 @@ name and what each device is (whole chip, hard vNPU template, soft slice). Anyth
 cannot serve raises ``errors.BadAnnotation`` naming the key; a namespace, pod name, UID or
 container name the plugin will not put in a path raises ``errors.InvalidName``. ``finder`` and
 ``allocations`` call it.
+
+**A decision never gives less memory than asked** (``_check_size``). What a container asks
+is its ``huawei.com/<CW>-memory`` limit, else its request, read as HAMi and Volcano read it
+(the number, in MiB, times the model's memory factor; ``4Gi`` is 4294967296), and what the
+decision's own memory figure says. A hard vNPU's template must have at least both; a whole
+chip serves anything up to the chip's memory (an ask between the allocatable memory and the
+capacity gets a whole chip, as HAMi's and vnpu's rounding give it); a soft slice's quota
+must be more than 0 and at least the ask (up to the allocatable memory, all a chip gives a
+slice) and the decision's figure; and an ask above the chip's memory is never served.
+Anything else raises ``errors.DecisionTooSmall`` (a ``BadAnnotation``): nothing is created
+and the pod fails as for any annotation it cannot serve. This is what stops Volcano's
+``trimMemory`` result for an oversize request (memory 0, template ``vir01`` or none) from
+becoming a vNPU: memory 0 with no template reads as a whole chip (HAMi's "whole card"; the
+vnpu scheduler's ledger reads it the same way), and the container's own ask tells it apart
+from Volcano's oversize 0, which it refuses.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vnpu_core import catalog, protocol
+from vnpu_core import catalog, protocol, quantities
 from vnpu_core import errors as core_errors
 from vnpu_device_plugin import devices, errors, names
 from vnpu_npu import backend
@@ -93,8 +109,12 @@ def _requests(container: Mapping[str, Any], resource: str) -> bool:
     return False
 
 
-def _names(pod: Mapping[str, Any], who: str, resource: str, entries: int) -> list[tuple[str, bool]]:
-    """(name, run-to-completion init?) per annotation position, when the layout is recognisable.
+_Slot = tuple[str, bool, Mapping[str, Any]]  # container name, run-to-completion init?, its spec
+
+
+def _names(pod: Mapping[str, Any], who: str, resource: str, entries: int) -> list[_Slot]:
+    """(name, run-to-completion init?, spec) per annotation position, when the layout is
+    recognisable.
 
     HAMi lists every container (init containers first, empty entries kept); Volcano lists
     only the containers that ask for the device. Anything else gives no names. Every
@@ -113,9 +133,44 @@ def _names(pod: Mapping[str, Any], who: str, resource: str, entries: int) -> lis
         for i, c in enumerate(spec.get("containers") or [])
     ]
     if entries == len(every):
-        return [(name, init) for name, init, _ in every]
-    asking = [(name, init) for name, init, c in every if _requests(c, resource)]
+        return every
+    asking = [slot for slot in every if _requests(slot[2], resource)]
     return asking if entries == len(asking) else []
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What a container's ``-memory`` resource asks: ``mib`` as HAMi and Volcano read it (None
+    when the value is not a quantity), ``written`` the value as the pod spec has it."""
+
+    resource: str
+    written: object
+    mib: int | None
+
+
+def _asked(container: Mapping[str, Any], model: catalog.ChipModel) -> _Ask | None:
+    """The container's ``-memory`` limit, else its request; None when it gives neither or 0.
+
+    HAMi and Volcano take the quantity's value (``Quantity.Value()``, rounded up) as MiB and
+    multiply it by the memory factor, so ``4Gi`` asks 4294967296 MiB; vnpu's webhook refuses
+    such a value, but a pod another scheduler placed may carry it.
+    """
+    resources = container.get("resources") or {}
+    resource = model.memory_resource
+    for part in ("limits", "requests"):
+        values = resources.get(part) or {}
+        if resource in values:
+            written = values[resource]
+            break
+    else:
+        return None
+    try:
+        value = quantities.parse(written.strip() if isinstance(written, str) else written).value
+    except core_errors.QuantityError:
+        return _Ask(resource, written, None)
+    if value <= 0:
+        return None  # no memory given: a whole chip, as HAMi's scheduler and Volcano read it
+    return _Ask(resource, written, math.ceil(value) * model.memory_factor)
 
 
 def _decode(pod: str, key: str, value: str) -> protocol.Containers:
@@ -179,16 +234,25 @@ def read(pod: Mapping[str, Any], inventory: devices.Inventory) -> PodPlan:
     for index, entry in enumerate(pending_entries):
         if not entry:
             continue
-        devices_ = tuple(
-            _device(who, key, runtime_key, inventory, d, _info(infos, offsets, index, n, d), soft)
-            for n, d in enumerate(entry)
-        )
+        found = []  # (entry, the annotation its size comes from, device)
+        for n, d in enumerate(entry):
+            info = _info(infos, offsets, index, n, d)
+            sized_by_info = info is not None and bool(info.memory_mib if soft else info.template)
+            device = _device(who, key, runtime_key, inventory, d, info, soft)
+            found.append((d, runtime_key if sized_by_info else key, device))
+        devices_ = tuple(device for _, _, device in found)
         kinds = {d.template is not None for d in devices_}
         if len(kinds) > 1:
             raise errors.BadAnnotation(
                 who, runtime_key, notes.get(runtime_key), "a container mixes whole chips and vNPUs"
             )
-        container, init = containers[index] if index < len(containers) else (f"#{index}", False)
+        if index < len(containers):
+            container, init, container_spec = containers[index]
+            ask = _asked(container_spec, inventory.model)
+        else:  # the layout does not say which container this is: only the decision is checked
+            container, init, ask = f"#{index}", False, None
+        for d, source, device in found:
+            _check_size(who, container, inventory.model, d, device, soft, source, ask)
         pending.append(ContainerPlan(index, container, init, devices_))
     return PodPlan(
         namespace,
@@ -258,3 +322,83 @@ def _device(
             who, runtime_key, template, f"not a {inventory.model.name} template (known: {known})"
         )
     return Device(chip, template, entry.memory_mib, entry.cores)
+
+
+def _check_size(
+    who: str,
+    container: str,
+    model: catalog.ChipModel,
+    entry: protocol.DeviceEntry,
+    device: Device,
+    soft: bool,
+    key: str,
+    ask: _Ask | None,
+) -> None:
+    """Refuse a device that gives less memory than the container or its decision asks.
+
+    The rule and why are in the module docstring; ``key`` is the annotation the device's
+    size comes from (the error's ``key``; its ``value`` is the template or the memory).
+    """
+    chip_mib, allocatable = model.memory_capacity_mib, model.memory_allocatable_mib
+    word = model.common_word
+    one = f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word} chip"
+    chip = f"{one} has {chip_mib} MiB"
+    template = model.template(device.template) if device.template is not None else None
+    value: object
+    if soft:
+        given, what, value = (
+            device.memory_mib,
+            f"a soft slice of {device.memory_mib} MiB",
+            device.memory_mib,
+        )
+    elif template is not None:
+        given, what = template.memory_mib, f"template {template.name} ({template.memory_mib} MiB)"
+        value = template.name
+    else:  # a whole chip serves anything up to the chip's memory
+        given, what, value = chip_mib, "a whole chip", entry.memory_mib
+
+    def refused(problem: str, asked_mib: int | None) -> errors.DecisionTooSmall:
+        return errors.DecisionTooSmall(
+            who,
+            container,
+            key,
+            value,
+            problem,
+            template=template.name if template is not None else None,
+            given_mib=given,
+            asked_mib=asked_mib,
+            chip_mib=chip_mib,
+        )
+
+    if ask is not None and ask.mib is None:
+        raise refused(
+            f"{ask.resource} {ask.written!r} is not a quantity, so {what} cannot be checked "
+            f"against what it asks; {chip}",
+            None,
+        )
+    if soft and device.memory_mib <= 0:
+        # No scheduler sizes a soft slice at 0 (HAMi, Volcano and vnpu give one that names no
+        # memory the chip's allocatable memory), and an NPU_MEM_QUOTA of 0 is no size to hand
+        # hami-vnpu-core: refused rather than read as "unlimited" or guessed.
+        raise refused(
+            f"a soft slice of 0 MiB has no memory quota (a soft pod that names no memory gets "
+            f"the chip's {allocatable} MiB); {chip}",
+            ask.mib if ask is not None else None,
+        )
+    short: list[tuple[int, str]] = []  # (MiB, whose figure) the device falls short of
+    if ask is not None and ask.mib is not None:
+        factor = model.memory_factor
+        detail = f" ({ask.resource}: {ask.written} × memory factor {factor})" if factor != 1 else ""
+        # A whole chip gives all a chip gives (up to its capacity), a soft slice up to the
+        # allocatable memory; a template exactly its own.
+        needed = min(ask.mib, allocatable) if soft else ask.mib
+        if given < needed or ask.mib > chip_mib:
+            short.append((ask.mib, f"the {ask.mib} MiB asked{detail}"))
+    if given < entry.memory_mib:
+        short.append((entry.memory_mib, f"the {entry.memory_mib} MiB its decision accounts"))
+    if not short:
+        return
+    asked_mib, whose = max(short)
+    if given < asked_mib:
+        raise refused(f"{what} is smaller than {whose}; {chip}", asked_mib)
+    raise refused(f"{whose} is more than {one} has ({chip_mib} MiB)", asked_mib)
