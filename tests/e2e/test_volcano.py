@@ -13,6 +13,7 @@ the hardware or the pod's own request does not allow.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ PEER = "volcano"
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 Json = dict[str, Any]
 
+ROOT = Path(__file__).resolve().parents[2]
 CW = "Ascend310P"
 TRAIN_CW = "Ascend910A"
 
@@ -251,3 +253,14 @@ def test_the_seed_volcano_job_runs_as_a_gang_and_a_larger_one_waits_whole(sandbo
                      explain=sandbox.describe_pods)  # fmt: skip
     sandbox.ctl.run(["delete", "jobs.batch.volcano.sh", "bert", "--wait=false"])
     _delete_all(sandbox)
+
+
+def test_the_operator_guide_gives_the_configuration_these_tests_run() -> None:
+    values = yaml.safe_load((ROOT / "deploy" / "peers" / "volcano-values.yaml").read_text())
+    ran = yaml.safe_load(values["custom"]["scheduler_config_override"])
+    guide = (ROOT / "docs" / "operator-guide.md").read_text(encoding="utf-8")
+    section = guide.split("## Topology 2:", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert [yaml.safe_load(b) for b in blocks] == [ran]
+    deviceshare = next(p for p in ran["tiers"][1]["plugins"] if p["name"] == "deviceshare")
+    assert deviceshare["arguments"]["deviceshare.NodeLockEnable"] is False

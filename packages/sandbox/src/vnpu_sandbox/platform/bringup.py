@@ -24,7 +24,7 @@ import dataclasses
 import ssl
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -153,7 +153,7 @@ def bring_up(
     for extra in _more_schedulers(run_, where, ports, plane, replicas):
         run_.start(extra)
     if peer is not None:
-        _start_peer(run_, plane, nodes, peer, left())
+        _start_peer(run_, plane, nodes, peer, left)
     peer_name = volcano.SCHEDULER_NAME if peer is not None else None
     run_.wait_ready(
         left(),
@@ -172,12 +172,13 @@ def _start_peer(
     plane: controlplane.Plane,
     nodes: Sequence[clusterfile.NodeSpec],
     peer: volcano.Volcano,
-    timeout: float,
+    left: Callable[[], float],
 ) -> None:
-    """The peer's processes, once every node has published its chips (``volcano``'s
-    docstring says why), each with a fresh token of its service account."""
+    """The peer's processes, once every node has published its chips, each with a fresh
+    token of its service account; then, once vc-scheduler has run a session, every node's next
+    report (``volcano``'s docstring says why)."""
     run_.wait_ready(
-        timeout,
+        left(),
         extra=lambda: probes.node_problems(plane.api_url, nodes, run_.tls),
         progress=_progress,
     )
@@ -186,8 +187,27 @@ def _start_peer(
         volcano.prepare(peer, plane.pki.ca.cert, plane.api_url, run_.tls)
     except peers.PeerError as exc:
         raise startup.StartError(volcano.PEER, str(exc)) from exc
+    names = []
     for component in volcano.components_(peer, plane.ports.api):
         run_.start(component)
+        names.append(component.name)
+    run_.wait_ready(
+        left(),
+        names=names,
+        extra=lambda: {} if volcano.sessions(peer) else {volcano.SCHEDULER: "no session yet"},
+        progress=_progress,
+    )
+    before = volcano.reports(plane.api_url, run_.tls, nodes)
+    run_.wait_ready(
+        left(),
+        names=[],
+        extra=lambda: {
+            name: "waiting for its device plugin's next report (Volcano reads devices then)"
+            for name, seen in volcano.reports(plane.api_url, run_.tls, nodes).items()
+            if seen == before.get(name)
+        },
+        progress=_progress,
+    )
 
 
 def _install_kueue(

@@ -11,10 +11,12 @@ configuration from the chart's ConfigMap, the service accounts' tokens) and star
 Deployments, each as its chart's service account, in-cluster (``peers.in_cluster``). Ready:
 both health endpoints answer and ``problems`` is empty (Volcano's ``default`` queue exists).
 
-Why vc-scheduler starts after the nodes have published: a vc-scheduler that lists a node
-before it has built its deviceshare plugin keeps no Ascend devices for that node until the
-node's next update, and binds NPU pods meanwhile without a device decision (vnpu's device
-plugin refuses those, naming the missing decision).
+Why ``up`` waits for each node's next report after vc-scheduler's first session
+(``sessions``, ``reports``): vc-scheduler turns its deviceshare plugin on when it opens its
+first scheduling session, after it has listed the nodes, and reads a node's Ascend devices
+only when the node changes after that. Until each node's device plugin writes its annotations
+again (every ``--report-interval``, 30 s by default), Volcano counts ``huawei.com/<CW>`` as a
+plain number and binds NPU pods there without a device decision.
 
 Not run: Volcano's admission webhook (vc-webhook-manager is not in the pinned source), so a
 Volcano Job gets none of the defaults it would set (queue, scheduler name, minAvailable):
@@ -23,14 +25,17 @@ write them. Failures are ``peers.PeerError``.
 
 from __future__ import annotations
 
+import re
 import ssl
 import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vnpu_sandbox.platform import components, layout, peers, probes
+from vnpu_core import protocol
+from vnpu_sandbox.platform import clusterfile, components, layout, peers, probes
 
 Json = dict[str, Any]
 
@@ -147,6 +152,44 @@ def components_(volcano: Volcano, api_port: int) -> list[components.Component]:
             (f"--scheduler-conf={volcano.config}",),
         ),
     ]  # fmt: skip
+
+
+_SESSIONS = re.compile(
+    r'^volcano_action_scheduling_latency_milliseconds_count\{action="allocate"\} (\S+)$',
+    re.MULTILINE,
+)
+
+
+def sessions(volcano: Volcano) -> int:
+    """How many scheduling sessions vc-scheduler has run (its allocate action's count); 0 when
+    its metrics do not answer yet."""
+    url = components.url(volcano.ports.scheduler_metrics, "/metrics")
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode("utf-8", errors="replace")
+    except OSError:
+        return 0
+    found = _SESSIONS.search(text)
+    return int(float(found.group(1))) if found else 0
+
+
+def reports(
+    api_url: str, context: ssl.SSLContext | None, nodes: Sequence[clusterfile.NodeSpec]
+) -> dict[str, str]:
+    """Each node's handshake annotation (``hami.io/node-handshake-<CW>``), which its device
+    plugin rewrites at every report: a new value means the Node changed since."""
+    try:
+        listed = probes.get_json(f"{api_url}/api/v1/nodes", context=context)
+    except (OSError, ValueError):
+        return {}
+    words = {n.name: n.common_word for n in nodes}
+    found = {}
+    for item in listed.get("items", []):
+        name = item["metadata"]["name"]
+        annotations = item["metadata"].get("annotations") or {}
+        if name in words:
+            found[name] = annotations.get(protocol.node_handshake_key(words[name]), "")
+    return found
 
 
 def problems(api_url: str, context: ssl.SSLContext | None) -> dict[str, str]:
