@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from vnpu_core import protocol
+from vnpu_sandbox.platform import layout, processes
 
 CLUSTER = """\
 nodes:
@@ -113,7 +114,10 @@ def test_vnpus_pack_to_the_chip_budget_and_the_next_one_waits(sandbox: Any) -> N
     _apply(sandbox, *pods[:12])
     names = {p["metadata"]["name"] for p in pods[:12]}
     sandbox.wait_for(
-        lambda: _running(sandbox, names), "12 vir02 pods Running", 120, explain=sandbox.describe_pods
+        lambda: _running(sandbox, names),
+        "12 vir02 pods Running",
+        120,
+        explain=sandbox.describe_pods,
     )
     per_chip: dict[int, int] = {}
     for vnpu in sandbox.vnpus("duo"):
@@ -188,9 +192,7 @@ def _volcano_job(name: str, workers: int) -> Json:
                 {
                     "name": "worker",
                     "replicas": workers,
-                    "template": {
-                        "spec": {"restartPolicy": "OnFailure", "containers": [container]}
-                    },
+                    "template": {"spec": {"restartPolicy": "OnFailure", "containers": [container]}},
                 }
             ],
         },
@@ -213,7 +215,9 @@ def test_the_seed_volcano_job_runs_as_a_gang_and_a_larger_one_waits_whole(sandbo
         running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
         return running if len(running) == 4 else []
 
-    running = sandbox.wait_for(all_running, "resnet 4/4 Running", 120, explain=sandbox.describe_pods)
+    running = sandbox.wait_for(
+        all_running, "resnet 4/4 Running", 120, explain=sandbox.describe_pods
+    )
     chips = set()
     for pod in running:
         annotations = pod["metadata"]["annotations"]
@@ -252,6 +256,44 @@ def test_the_seed_volcano_job_runs_as_a_gang_and_a_larger_one_waits_whole(sandbo
     sandbox.wait_for(bert_running, "bert 6/6 Running once resnet is gone", 120,
                      explain=sandbox.describe_pods)  # fmt: skip
     sandbox.ctl.run(["delete", "jobs.batch.volcano.sh", "bert", "--wait=false"])
+    _delete_all(sandbox)
+
+
+def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sandbox: Any) -> None:
+    where = layout.Layout.at(sandbox.directory)
+    record = layout.read(where)
+    assert record is not None
+    scheduler = next(p for p in record.processes if p.name == "volcano-scheduler")
+    processes.stop([scheduler])
+    # Pods created while Volcano is down wait; its first session after the restart binds them
+    # before it has read the nodes' devices (no device decision): vnpu's device plugin, with
+    # the values the operator guide gives for Volcano (devicePlugin.placeUndecided), places
+    # them on their node itself with vnpu's budgets and writes the decision for every reader.
+    pods = [
+        _pod(f"waiting-{i}", {f"huawei.com/{CW}": 1, f"huawei.com/{CW}-memory": 6144})
+        for i in range(5)
+    ]
+    _apply(sandbox, *pods)
+    names = {p["metadata"]["name"] for p in pods}
+    assert not [p for p in sandbox.pods().values() if p["spec"].get("nodeName")]
+    restarted, _ = processes.spawn(scheduler.name, scheduler.argv, Path(scheduler.log))
+    record.processes = [restarted if p.name == scheduler.name else p for p in record.processes]
+    layout.write(where, record)
+
+    running = sandbox.wait_for(
+        lambda: _running(sandbox, names), "the 5 pods Running after the restart", 120,
+        explain=sandbox.describe_pods,
+    )  # fmt: skip
+    per_chip: dict[str, int] = {}
+    for name in names:
+        annotations = running[name]["metadata"]["annotations"]
+        devices = protocol.decode_devices(
+            protocol.allocated_key(CW), annotations[protocol.allocated_key(CW)]
+        )[0]
+        assert [d.memory_mib for d in devices] == [6144], (name, devices)
+        per_chip[devices[0].uuid] = per_chip.get(devices[0].uuid, 0) + 1
+    assert max(per_chip.values()) <= 3, per_chip  # vir02: three per 310P3 chip at most
+    assert sorted(v.template for v in sandbox.vnpus("duo")) == ["vir02"] * 5
     _delete_all(sandbox)
 
 
