@@ -10,7 +10,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 CHART_STAMP := $(VENV)/.installed-chart
 
-.PHONY: all runtime install lint typecheck imports unit test demo demo-dra demo-volcano bench proto dist chart k8s-bin kwok-bin kueue-bin peers-bin peer-charts clean
+.PHONY: all runtime install lint typecheck imports unit test demo demo-dra demo-volcano demo-hami bench proto dist chart k8s-bin kwok-bin kueue-bin peers-bin peer-charts clean
 
 all: test
 
@@ -80,13 +80,14 @@ demo-dra: $(RUNTIME_STAMP) $(CHART_STAMP) k8s-bin
 	$(BIN)/vnpu-sandbox demo --dir $(DEMO_DIR) --mode dra --manifests examples/demo-dra
 
 # vnpu's device plugin and exporter under Volcano's own scheduler (the operator guide's
-# Topology 2), with both charts' RBAC and Volcano's configuration from
-# deploy/peers/volcano-values.yaml (docs/sandbox.md, "Under a peer's scheduler"). It replaces
-# the sandbox `make demo` left in .sandbox/; try it with examples/volcano/seed.yaml.
-demo-volcano: $(RUNTIME_STAMP) peer-charts k8s-bin
+# Topology 2) or HAMi's (Topology 3), with both charts' RBAC and the peer's configuration from
+# deploy/peers/<peer>-values.yaml (docs/sandbox.md, "Under a peer's scheduler"). It replaces
+# the sandbox `make demo` left in .sandbox/; try it with examples/volcano/seed.yaml (Volcano)
+# or examples/hami/seed.yaml (HAMi).
+demo-volcano demo-hami: demo-%: $(RUNTIME_STAMP) peer-charts k8s-bin
 	$(BIN)/vnpu-sandbox down --dir $(DEMO_DIR)
-	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --scheduler volcano \
-		--peer-chart $(PEER_CHARTS)/volcano.yaml --rbac $(PEER_CHARTS)/vnpu-volcano.yaml
+	$(BIN)/vnpu-sandbox up --cluster examples/cluster.yaml --dir $(DEMO_DIR) --scheduler $* \
+		--peer-chart $(PEER_CHARTS)/$*.yaml --rbac $(PEER_CHARTS)/vnpu-$*.yaml
 
 bench: install
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
@@ -156,6 +157,9 @@ peer-charts: $(RUNTIME_STAMP) $(CHART_STAMP) peers-bin
 	$(BIN)/python scripts/render_chart.py --peer volcano --output $(PEER_CHARTS)/volcano.yaml
 	$(BIN)/python scripts/render_chart.py --values deploy/helm/vnpu/values-volcano.yaml \
 		--output $(PEER_CHARTS)/vnpu-volcano.yaml
+	$(BIN)/python scripts/render_chart.py --peer hami --output $(PEER_CHARTS)/hami.yaml
+	$(BIN)/python scripts/render_chart.py --values deploy/helm/vnpu/values-hami.yaml \
+		--output $(PEER_CHARTS)/vnpu-hami.yaml
 
 # The script pins its generator versions and installs them in its own virtualenv.
 proto:

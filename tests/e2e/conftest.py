@@ -28,7 +28,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from vnpu_npu.sim import backend as sim_backend
-from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout, peers
+from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout, peers, processes
 
 CLUSTER = """\
 nodes:
@@ -87,6 +87,8 @@ class Sandbox:
     record: layout.Record
     ctl: kubectl.Kubectl
     bins: dict[str, Path]
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """The processes ``start`` started again."""
     wait_for = staticmethod(wait_for)
     command = staticmethod(sandbox_command)
 
@@ -126,6 +128,26 @@ class Sandbox:
             for e in events[-15:]
         ]
         return "\n".join(lines)
+
+    def stop(self, name: str) -> processes.Process:
+        """Stop the sandbox's process ``name`` (as a crash or an upgrade would); ``start`` it
+        again with what this returns."""
+        record = layout.read(layout.Layout.at(self.directory))
+        assert record is not None
+        process = next(p for p in record.processes if p.name == name)
+        processes.stop([process])
+        return process
+
+    def start(self, stopped: processes.Process) -> None:
+        """Start a process ``stop`` stopped, with the same command and log; the record names
+        the new one, so ``down`` stops it."""
+        where = layout.Layout.at(self.directory)
+        record = layout.read(where)
+        assert record is not None
+        started, child = processes.spawn(stopped.name, stopped.argv, Path(stopped.log))
+        self.children.append(child)  # ``down`` stops it; the handle must outlive the test
+        record.processes = [started if p.name == stopped.name else p for p in record.processes]
+        layout.write(where, record)
 
     def log(self, name: str) -> str:
         return layout.Layout.at(self.directory).log(name).read_text(errors="replace")
@@ -219,12 +241,15 @@ def sandbox(
         *(() if prometheus else ("--no-prometheus",)), *(("--kueue",) if queueing else ()),
         *peer_flags,
     )  # fmt: skip
+    restarted: list[subprocess.Popen[bytes]] = []
     try:
         assert started.returncode == 0, started.stderr + started.stdout
         record = layout.read(layout.Layout.at(directory))
         assert record is not None
         assert record.ready
         ctl = kubectl.Kubectl(record.kubeconfig, binary=str(bins["kubectl"]))
-        yield Sandbox(directory, record, ctl, bins)
+        yield Sandbox(directory, record, ctl, bins, restarted)
     finally:
         sandbox_command("down", "--dir", str(directory))
+        for child in restarted:  # stopped by down: reap them
+            child.wait(timeout=30)

@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from vnpu_core import protocol
-from vnpu_sandbox.platform import layout, processes
 
 CLUSTER = """\
 nodes:
@@ -260,11 +259,7 @@ def test_the_seed_volcano_job_runs_as_a_gang_and_a_larger_one_waits_whole(sandbo
 
 
 def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sandbox: Any) -> None:
-    where = layout.Layout.at(sandbox.directory)
-    record = layout.read(where)
-    assert record is not None
-    scheduler = next(p for p in record.processes if p.name == "volcano-scheduler")
-    processes.stop([scheduler])
+    scheduler = sandbox.stop("volcano-scheduler")
     # Pods created while Volcano is down wait; its first session after the restart binds them
     # before it has read the nodes' devices (no device decision): vnpu's device plugin, with
     # the values the operator guide gives for Volcano (devicePlugin.placeUndecided), places
@@ -276,9 +271,7 @@ def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sand
     _apply(sandbox, *pods)
     names = {p["metadata"]["name"] for p in pods}
     assert not [p for p in sandbox.pods().values() if p["spec"].get("nodeName")]
-    restarted, _ = processes.spawn(scheduler.name, scheduler.argv, Path(scheduler.log))
-    record.processes = [restarted if p.name == scheduler.name else p for p in record.processes]
-    layout.write(where, record)
+    sandbox.start(scheduler)
 
     running = sandbox.wait_for(
         lambda: _running(sandbox, names), "the 5 pods Running after the restart", 120,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from vnpu_sandbox import cli
-from vnpu_sandbox.platform import layout, peers, volcano
+from vnpu_sandbox.platform import certificates, hami, layout, peers, volcano
 
 ROOT = Path(__file__).resolve().parents[4]
 Json = dict[str, Any]
@@ -114,10 +114,17 @@ def test_the_processes_run_the_charts_arguments_in_cluster(tmp_path: Path) -> No
     assert argv[at + 1 : at + 3] == [str(peer.account(volcano.SCHEDULER).run_dir),
                                      os.path.realpath("/var/run")]  # fmt: skip
     inner = argv[at + 3 :]
-    assert inner[:4] == [
-        "/usr/bin/env", "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443", "A=1",
-    ]  # fmt: skip
-    assert inner[4:] == [
+    account = peer.account(volcano.SCHEDULER)
+    assert inner[:7] == [
+        "/usr/bin/env",
+        "-u",
+        "KUBECONFIG",  # the pod's identity, not whoever started the sandbox
+        f"HOME={account.run_dir}",
+        "KUBERNETES_SERVICE_HOST=127.0.0.1",
+        "KUBERNETES_SERVICE_PORT=6443",
+        "A=1",
+    ]
+    assert inner[7:] == [
         str(tmp_path / "bin" / "vc-scheduler"),
         "--logtostderr",
         "-v=3",
@@ -235,3 +242,45 @@ def test_volcanos_real_chart_gives_what_the_sandbox_runs(tmp_path: Path) -> None
     assert deviceshare["arguments"]["deviceshare.NodeLockEnable"] is False
     scheduler = peers.container(chart, volcano.SCHEDULER)
     assert "2>&1" not in peers.arguments(scheduler)
+
+
+def test_hamis_real_chart_gives_its_webhook_on_loopback_and_keeps_vnpus_device_config(
+    tmp_path: Path,
+) -> None:
+    try:
+        peers.chart_dir("hami")
+    except peers.PeerError as exc:
+        pytest.skip(f"HAMi is not built (`make peers-bin`): {exc}")
+    rendered = tmp_path / "hami.yaml"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--peer", "hami",
+         "--output", str(rendered)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    build = peers.Build("hami", tmp_path / "bin", tmp_path / "src", "/usr/bin/unshare")
+    where = layout.Layout.at(tmp_path / "sb")
+    peer = hami.Hami.at(where, build, peers.read_chart(rendered), hami.Ports(7, 8, 9))
+    documents = hami.install_documents(peer, "Q0E=", "hami-scheduler-device")
+    names = {(d["kind"], d["metadata"]["name"]) for d in documents}
+    assert ("ConfigMap", "hami-scheduler") in names
+    assert ("ConfigMap", "hami-scheduler-device") not in names  # vnpu's is the one
+    assert not [d for d in documents if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    webhook = next(d for d in documents if d["kind"] == "MutatingWebhookConfiguration")
+    assert [w["clientConfig"] for w in webhook["webhooks"]] == [
+        {"url": "https://127.0.0.1:7/webhook", "caBundle": "Q0E="}
+    ]
+    config = hami.scheduler_configuration(peer)
+    assert [e["urlPrefix"] for e in config["extenders"]] == ["https://127.0.0.1:7"]
+    assert config["profiles"] == [{"schedulerName": hami.SCHEDULER_NAME}]
+    serving = certificates.Pair(tmp_path / "s.crt", tmp_path / "s.key")
+    extender, kube = hami.components_(peer, 6443, serving, Path("/k8s/kube-scheduler"))
+    argv = list(extender.argv)
+    assert "--enable-ascend=true" in argv
+    assert "--http_bind=127.0.0.1:7" in argv
+    assert f"--device-config-file={peer.device_config}" in argv
+    assert not [a for a in argv if a.startswith(("--http_bind=0", "--metrics-bind-address=:"))]
+    assert extender.ready_url == "https://127.0.0.1:7/healthz"
+    assert "/k8s/kube-scheduler" in kube.argv
+    assert f"--config={peer.scheduler_config}" in kube.argv
+    assert "--config=/config/config.yaml" not in kube.argv

@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -34,6 +35,7 @@ from vnpu_sandbox.platform import (
     clusterfile,
     components,
     controlplane,
+    hami,
     kueue,
     layout,
     manifests,
@@ -77,7 +79,7 @@ def bring_up(
     rbac: Path | None = None,
     queueing: kueue.Kueue | None = None,
     dra: bool = False,
-    peer: volcano.Volcano | None = None,
+    peer: volcano.Volcano | hami.Hami | None = None,
 ) -> None:
     """Start everything; ``prometheus``: its binary (None: none), loading the alert ``rules``;
     ``replicas``: the ports (vnpu-scheduler's, kube-scheduler's) of more pairs of
@@ -85,7 +87,8 @@ def bring_up(
     whose RBAC objects to apply; ``queueing``: Kueue to run beside it all (None: none);
     ``dra``: DRA mode (the DeviceClasses, kube-scheduler without the extender, the webhook's
     ``--mode dra`` and a DRA driver on each node instead of the device plugin); ``peer``: the
-    peer's scheduler that places NPU pods instead of vnpu-scheduler (``_start_peer``)."""
+    peer's scheduler that places NPU pods instead of vnpu-scheduler (``_start_volcano``,
+    ``_start_hami``)."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -97,20 +100,11 @@ def bring_up(
     run_.wait_ready(left(), names=["etcd"])
     run_.start(controlplane.api_server(plane))
     run_.wait_ready(left(), names=["kube-apiserver"], progress=_progress)
-    webhooks = manifests.webhook_configurations(
-        controlplane.https(plane.ports.webhook), controlplane.ca_bundle(plane)
-    )
-    classes = draclasses.device_classes(catalog.BUILTIN) if dra else []
     try:
-        if peer is None:
-            documents = [*controlplane.rbac_documents(rbac), *webhooks, *classes]
-        else:  # the chart with scheduler.enabled=false: no vnpu-scheduler, no webhooks
-            assert rbac is not None  # up refuses a peer without the rendered chart
-            documents = [*controlplane.rbac_documents(rbac), controlplane.device_config(rbac)]
-            documents += volcano.install_documents(peer)
+        documents = _documents(plane, rbac, dra, peer)
         for document in documents:
             controlplane.create(plane.api_url, run_.tls, document)
-    except controlplane.ControlPlaneError as exc:
+    except (controlplane.ControlPlaneError, peers.PeerError) as exc:
         raise startup.StartError("kube-apiserver", str(exc)) from exc
     if queueing is not None:
         _install_kueue(run_, plane, run_.tls, queueing, left())
@@ -152,22 +146,57 @@ def bring_up(
         run_.start(component)
     for extra in _more_schedulers(run_, where, ports, plane, replicas):
         run_.start(extra)
-    if peer is not None:
-        _start_peer(run_, plane, nodes, peer, left)
-    peer_name = volcano.SCHEDULER_NAME if peer is not None else None
+    # The probe pod: what it names and where it must be routed (``probes.usable``).
+    named: str | None = None
+    routed: str | None = manifests.SCHEDULER_NAME
+    if isinstance(peer, volcano.Volcano):
+        _start_volcano(run_, plane, nodes, peer, left)
+        named, routed = volcano.SCHEDULER_NAME, None
+    elif isinstance(peer, hami.Hami):
+        assert rbac is not None  # up refuses a peer without the rendered chart
+        _start_hami(run_, plane, nodes, peer, left, controlplane.device_config(rbac))
+        routed = hami.SCHEDULER_NAME
     run_.wait_ready(
         left(),
         extra=lambda: (
             probes.node_problems(plane.api_url, nodes, run_.tls, dra)
-            or probes.usable(plane.api_url, nodes, run_.tls, dra, peer_name)
+            or probes.usable(plane.api_url, nodes, run_.tls, dra, named, routed)
             or (kueue.problems(plane.api_url, run_.tls) if queueing is not None else {})
-            or (volcano.problems(plane.api_url, run_.tls) if peer is not None else {})
+            or (
+                volcano.problems(plane.api_url, run_.tls)
+                if isinstance(peer, volcano.Volcano)
+                else {}
+            )
         ),
         progress=_progress,
     )
 
 
-def _start_peer(
+def _documents(
+    plane: controlplane.Plane,
+    rbac: Path | None,
+    dra: bool,
+    peer: volcano.Volcano | hami.Hami | None,
+) -> list[dict[str, Any]]:
+    """What ``bring_up`` creates once kube-apiserver answers, in order. With a peer, the
+    chart rendered with ``scheduler.enabled=false`` (no vnpu-scheduler, no webhooks): its RBAC,
+    policies and device ConfigMap, then what the peer's chart installs."""
+    if peer is None:
+        webhooks = manifests.webhook_configurations(
+            controlplane.https(plane.ports.webhook), controlplane.ca_bundle(plane)
+        )
+        classes = draclasses.device_classes(catalog.BUILTIN) if dra else []
+        return [*controlplane.rbac_documents(rbac), *webhooks, *classes]
+    assert rbac is not None  # up refuses a peer without the rendered chart
+    device_config = controlplane.device_config(rbac)
+    documents = [*controlplane.rbac_documents(rbac), device_config]
+    if isinstance(peer, volcano.Volcano):
+        return documents + volcano.install_documents(peer)
+    name = device_config["metadata"]["name"]
+    return documents + hami.install_documents(peer, controlplane.ca_bundle(plane), name)
+
+
+def _start_volcano(
     run_: startup.Startup,
     plane: controlplane.Plane,
     nodes: Sequence[clusterfile.NodeSpec],
@@ -233,6 +262,33 @@ def _install_kueue(
         timeout,
         names=[],
         extra=lambda: controlplane.unestablished(plane.api_url, tls, names),
+        progress=_progress,
+    )
+
+
+def _start_hami(
+    run_: startup.Startup,
+    plane: controlplane.Plane,
+    nodes: Sequence[clusterfile.NodeSpec],
+    peer: hami.Hami,
+    left: Callable[[], float],
+    device_config: dict[str, Any],
+) -> None:
+    """HAMi's extender and kube-scheduler with a fresh token of the chart's service account,
+    then until HAMi has read every node's chips."""
+    assert run_.tls is not None
+    try:
+        hami.prepare(peer, plane.pki.ca.cert, plane.api_url, run_.tls, device_config)
+    except peers.PeerError as exc:
+        raise startup.StartError(hami.PEER, str(exc)) from exc
+    for component in hami.components_(
+        peer, plane.ports.api, plane.pki.serving, plane.bins["kube-scheduler"]
+    ):
+        run_.start(component)
+    seen: set[str] = set()
+    run_.wait_ready(
+        left(),
+        extra=lambda: hami.registered(plane.api_url, run_.tls, nodes, seen),
         progress=_progress,
     )
 

@@ -240,10 +240,15 @@ def in_cluster(
     built: Build, account: Account, api_port: int, argv: Sequence[str], env: Sequence[str] = ()
 ) -> tuple[str, ...]:
     """``argv`` run as in a pod of ``account``: the service account's files at the pod's
-    paths, ``KUBERNETES_SERVICE_HOST``/``PORT`` naming kube-apiserver, plus ``env``."""
+    paths, ``KUBERNETES_SERVICE_HOST``/``PORT`` naming kube-apiserver, plus ``env``; no
+    ``KUBECONFIG`` and a ``HOME`` without one (a client would take those over the pod's
+    identity)."""
     target = os.path.realpath("/var/run")
     inner = (
         "/usr/bin/env",
+        "-u",
+        "KUBECONFIG",
+        f"HOME={account.run_dir}",
         f"KUBERNETES_SERVICE_HOST={components.LOOPBACK}",
         f"KUBERNETES_SERVICE_PORT={api_port}",
         *env,

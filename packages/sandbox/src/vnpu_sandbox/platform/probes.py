@@ -97,11 +97,12 @@ def usable(
     nodes: Sequence[clusterfile.NodeSpec],
     context: ssl.SSLContext | None = None,
     dra: bool = False,
-    peer_scheduler: str | None = None,
+    named: str | None = None,
+    routed: str | None = manifests.SCHEDULER_NAME,
 ) -> dict[str, str]:
-    """Whether an NPU pod created in ``default`` now would be admitted and routed to vnpu;
-    with ``peer_scheduler``, whether one naming that scheduler would be admitted (no vnpu
-    webhook runs beside a peer).
+    """Whether an NPU pod created in ``default`` now would be admitted and routed: a pod that
+    names the scheduler ``named`` (None: none) comes back naming ``routed`` (None: admitted is
+    enough, as under Volcano, whose pods name it themselves; under HAMi, HAMi's webhook routes).
 
     A server-side dry run (``dryRun=All``: admission runs, nothing is stored) of a pod asking
     one chip of the first node's model: it fails while the ``default`` ServiceAccount does not
@@ -120,7 +121,7 @@ def usable(
         "kind": "Pod",
         "metadata": {"name": PROBE_POD, "namespace": "default"},
         "spec": {
-            **({"schedulerName": peer_scheduler} if peer_scheduler else {}),
+            **({"schedulerName": named} if named else {}),
             "containers": [
                 {
                     "name": "main",
@@ -148,14 +149,11 @@ def usable(
         return {"admission": f"an NPU pod in default is refused: {message[:200]}"}
     except (OSError, ValueError) as exc:
         return {"admission": f"cannot ask kube-apiserver: {exc}"}
-    if peer_scheduler:
-        return {}
     if dra:
         asked = admitted.get("spec", {}).get("containers", [{}])[0].get("resources", {})
         if model is not None and model.resource_name in asked.get("limits", {}):
             return {"webhook": "an NPU pod's vNPU request is not rewritten for DRA yet"}
         return {}
-    routed = admitted.get("spec", {}).get("schedulerName")
-    if routed != manifests.SCHEDULER_NAME:
-        return {"webhook": f"an NPU pod is not routed to {manifests.SCHEDULER_NAME} yet"}
+    if routed is not None and admitted.get("spec", {}).get("schedulerName") != routed:
+        return {"webhook": f"an NPU pod is not routed to {routed} yet"}
     return {}

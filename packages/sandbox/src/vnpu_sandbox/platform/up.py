@@ -27,6 +27,7 @@ from vnpu_sandbox.platform import (
     clusterfile,
     components,
     controlplane,
+    hami,
     kueue,
     layout,
     peers,
@@ -217,11 +218,7 @@ def run(args: argparse.Namespace) -> int:
         plane = controlplane.Plane.at(where, controlplane.Ports.choose(pick, ports.api), bins)
         replicas = [(pick(), pick()) for _ in range(args.schedulers - 1)]
         queueing = None if built is None else kueue.Kueue.at(where, built, kueue.Ports.choose(pick))
-        peer = (
-            None
-            if peer_build is None
-            else volcano.Volcano.at(where, peer_build, peer_chart, volcano.Ports.choose(pick))
-        )
+        peer = _peer(where, pick, peer_build, peer_chart)
     finally:
         pick.close()
     record = layout.Record(
@@ -265,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-PEERS = {"volcano": volcano.BINARIES}
+PEERS = {"volcano": volcano.BINARIES, "hami": hami.BINARIES}
 """The peers ``--scheduler`` can run, with the binaries each needs."""
 
 
@@ -282,6 +279,20 @@ def _peer_parts(args: argparse.Namespace) -> tuple[peers.Build | None, list[peer
         return built, peers.read_chart(args.peer_chart)
     except peers.PeerError as exc:
         raise peers.PeerError(f"--scheduler {args.scheduler}: {exc}", exc.path) from exc
+
+
+def _peer(
+    where: layout.Layout,
+    pick: components.PortPicker,
+    built: peers.Build | None,
+    chart: list[peers.Json],
+) -> volcano.Volcano | hami.Hami | None:
+    """The peer ``_peer_parts`` found, with its ports."""
+    if built is None:
+        return None
+    if built.peer == volcano.PEER:
+        return volcano.Volcano.at(where, built, chart, volcano.Ports.choose(pick))
+    return hami.Hami.at(where, built, chart, hami.Ports.choose(pick))
 
 
 def _peer_problem(args: argparse.Namespace) -> str:
@@ -340,6 +351,11 @@ def summary(
         lines.append(
             f"  vc-scheduler     {components.url(record.ports['volcano-scheduler-metrics'])}"
             f"  (/metrics; NPU pods name schedulerName {volcano.SCHEDULER_NAME})"
+        )
+    elif scheduler == "hami":
+        lines.append(
+            f"  hami-scheduler   {controlplane.https(record.ports['hami-scheduler'])}"
+            f"  (extender, webhook; /metrics on :{record.ports['hami-scheduler-metrics']})"
         )
     else:
         lines.append(
