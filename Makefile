@@ -144,7 +144,7 @@ kueue-bin:
 # build` from source archives pinned by sha256 (../shared/peers beside the checkout, or
 # VNPU_PEERS_ARCHIVES, or a checkout of the same commit: scripts/peers-bin.sh) into
 # ${XDG_CACHE_HOME:-$HOME/.cache}/vnpu/peers/<peer>/<commit>/ once per machine (about 4.5 and
-# 2 minutes on two cores), for `vnpu-sandbox up --scheduler` and tests/e2e/test_volcano.py.
+# 2 minutes on two cores), for `vnpu-sandbox up --scheduler` and tests/e2e/test_{volcano,hami}.py.
 peers-bin:
 	bash scripts/peers-bin.sh
 
