@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,27 @@ class Sandbox:
 
     def pods(self, namespace: str = "default") -> dict[str, Json]:
         return {p["metadata"]["name"]: p for p in self.ctl.items(["get", "pods", "-n", namespace])}
+
+    def running(self, names: set[str], namespace: str = "default") -> dict[str, Json]:
+        """The namespace's pods once every one of ``names`` is Running, else {}."""
+        pods = self.pods(namespace)
+        if all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
+            return pods
+        return {}
+
+    def delete_pods(self, nodes: Sequence[str], namespace: str = "default") -> None:
+        """Delete every pod of the namespace and wait until they are gone and every vNPU of
+        ``nodes`` is destroyed and out of the device plugin's ledger."""
+        self.ctl.run(["delete", "pods", "--all", "-n", namespace, "--wait=false"])
+        self.wait_for(
+            lambda: not self.pods(namespace), "the pods gone", 60,
+            explain=lambda: self.describe_pods(namespace),
+        )  # fmt: skip
+        for node in nodes:
+            self.wait_for(lambda n=node: not self.vnpus(n), f"the vNPUs of {node} destroyed", 30)
+            self.wait_for(
+                lambda n=node: not self.ledger_records(n), f"the ledger of {node} emptied", 30
+            )
 
     def describe_pods(self, namespace: str = "default") -> str:
         """Each pod's phase, node, conditions and events: what a timeout message shows."""

@@ -35,6 +35,7 @@ Json = dict[str, Any]
 
 CW = "Ascend310P"
 TRAIN_CW = "Ascend910A"
+NODES = ("duo", "train")
 NO_WEBHOOK = {"hami.io/webhook": "ignore"}
 """The label HAMi's webhook skips a pod for (the chart's objectSelector)."""
 
@@ -57,13 +58,6 @@ def _apply(sandbox: Any, *documents: Json) -> None:
     sandbox.apply(yaml.safe_dump_all(documents))
 
 
-def _running(sandbox: Any, names: set[str]) -> dict[str, Json]:
-    pods = sandbox.pods()
-    if all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
-        return pods
-    return {}
-
-
 def _devices(pod: Json, cw: str) -> list[protocol.DeviceEntry]:
     annotations = pod["metadata"]["annotations"]
     return list(
@@ -73,20 +67,10 @@ def _devices(pod: Json, cw: str) -> list[protocol.DeviceEntry]:
     )
 
 
-def _delete_all(sandbox: Any) -> None:
-    sandbox.ctl.run(["delete", "pods", "--all", "--wait=false"])
-    sandbox.wait_for(lambda: not sandbox.pods(), "the pods gone", 60, explain=sandbox.describe_pods)
-    for node in ("duo", "train"):
-        sandbox.wait_for(lambda n=node: not sandbox.vnpus(n), f"the vNPUs of {node} destroyed", 30)
-        sandbox.wait_for(
-            lambda n=node: not sandbox.ledger_records(n), f"the ledger of {node} emptied", 30
-        )
-
-
 def test_the_seed_pod_is_routed_rounded_and_runs_on_a_vnpu(sandbox: Any) -> None:
     _apply(sandbox, _pod("seed", {f"huawei.com/{CW}": 1, f"huawei.com/{CW}-memory": 4096}))
     pods = sandbox.wait_for(
-        lambda: _running(sandbox, {"seed"}), "seed Running", 60, explain=sandbox.describe_pods
+        lambda: sandbox.running({"seed"}), "seed Running", 60, explain=sandbox.describe_pods
     )
     seed = pods["seed"]
     # HAMi's webhook routed it and rounded 4096 MiB up to vir02's 6144.
@@ -101,7 +85,7 @@ def test_the_seed_pod_is_routed_rounded_and_runs_on_a_vnpu(sandbox: Any) -> None
         return bool(re.search(r'vnpu_allocation_info\{[^}]*pod="seed"', text))
 
     sandbox.wait_for(exported, "the duo exporter to count the seed's vNPU", 30)
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
     sandbox.wait_for(
         lambda: "vnpu_allocation_info{" not in sandbox.metrics("duo"),
         "the exporter back to zero",
@@ -117,7 +101,7 @@ def test_vnpus_pack_to_the_chip_budget_and_the_next_one_waits(sandbox: Any) -> N
     _apply(sandbox, *pods[:12])
     names = {p["metadata"]["name"] for p in pods[:12]}
     sandbox.wait_for(
-        lambda: _running(sandbox, names), "12 vir02 pods Running", 120,
+        lambda: sandbox.running(names), "12 vir02 pods Running", 120,
         explain=sandbox.describe_pods,
     )  # fmt: skip
     per_chip: dict[int, int] = {}
@@ -136,7 +120,7 @@ def test_vnpus_pack_to_the_chip_budget_and_the_next_one_waits(sandbox: Any) -> N
     sandbox.wait_for(refused, "infer-12 refused by kube-scheduler", 60)
     assert not sandbox.pods()["infer-12"]["spec"].get("nodeName")
     assert len(sandbox.vnpus("duo")) == 12
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_a_request_larger_than_the_chip_is_refused_at_creation(sandbox: Any) -> None:
@@ -175,20 +159,20 @@ def test_without_hamis_webhook_the_device_plugin_holds_the_chip_budget(sandbox: 
     running = [n for n, phase in phases.items() if phase == "Running"]
     assert len(running) == sum(per_chip.values())
     assert len(running) <= 12
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_whole_chips_are_kept_to_one_ring(sandbox: Any) -> None:
     _apply(sandbox, _pod("pair", {f"huawei.com/{TRAIN_CW}": 2}))
     pods = sandbox.wait_for(
-        lambda: _running(sandbox, {"pair"}), "pair Running", 60, explain=sandbox.describe_pods
+        lambda: sandbox.running({"pair"}), "pair Running", 60, explain=sandbox.describe_pods
     )
     chips = sim_backend.SimBackend(layout.Layout.at(sandbox.directory).node("train").sim).chips()
     phy = {chip.uuid: chip.phy_id for chip in chips}
     rings = {phy[d.uuid] // 4 for d in _devices(pods["pair"], TRAIN_CW)}
     assert len(rings) == 1, rings  # 910A: HCCS rings of chips 0-3 and 4-7
     assert sandbox.vnpus("train") == []
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_a_restart_of_hamis_scheduler_with_npu_pods_pending_loses_no_pod(sandbox: Any) -> None:
@@ -214,13 +198,13 @@ def test_a_restart_of_hamis_scheduler_with_npu_pods_pending_loses_no_pod(sandbox
     sandbox.start(extender)
     names = {p["metadata"]["name"] for p in pods}
     running = sandbox.wait_for(
-        lambda: _running(sandbox, names), "the 4 pods Running after the restart", 120,
+        lambda: sandbox.running(names), "the 4 pods Running after the restart", 120,
         explain=sandbox.describe_pods,
     )  # fmt: skip
     for name in names:
         assert [d.memory_mib for d in _devices(running[name], CW)] == [6144]
     assert len(sandbox.vnpus("duo")) == 4
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,6 +33,7 @@ Json = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 CW = "Ascend310P"
 TRAIN_CW = "Ascend910A"
+NODES = ("duo", "train")
 
 
 def _pod(name: str, limits: dict[str, int], namespace: str = "default") -> Json:
@@ -53,29 +54,10 @@ def _apply(sandbox: Any, *documents: Json) -> None:
     sandbox.apply(yaml.safe_dump_all(documents))
 
 
-def _running(sandbox: Any, names: set[str], namespace: str = "default") -> dict[str, Json]:
-    pods = sandbox.pods(namespace)
-    if all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
-        return pods
-    return {}
-
-
-def _delete_all(sandbox: Any, namespace: str = "default") -> None:
-    sandbox.ctl.run(["delete", "pods", "--all", "-n", namespace, "--wait=false"])
-    sandbox.wait_for(
-        lambda: not sandbox.pods(namespace), "the pods gone", 60, explain=sandbox.describe_pods
-    )
-    for node in ("duo", "train"):
-        sandbox.wait_for(lambda n=node: not sandbox.vnpus(n), f"the vNPUs of {node} destroyed", 30)
-        sandbox.wait_for(
-            lambda n=node: not sandbox.ledger_records(n), f"the ledger of {node} emptied", 30
-        )
-
-
 def test_the_seed_pod_runs_on_a_vnpu_and_the_exporter_counts_it(sandbox: Any) -> None:
     _apply(sandbox, _pod("seed", {f"huawei.com/{CW}": 1, f"huawei.com/{CW}-memory": 4096}))
     pods = sandbox.wait_for(
-        lambda: _running(sandbox, {"seed"}), "seed Running", 60, explain=sandbox.describe_pods
+        lambda: sandbox.running({"seed"}), "seed Running", 60, explain=sandbox.describe_pods
     )
     seed = pods["seed"]
     assert seed["spec"]["nodeName"] == "duo"
@@ -96,7 +78,7 @@ def test_the_seed_pod_runs_on_a_vnpu_and_the_exporter_counts_it(sandbox: Any) ->
         return text if counted and owner else None
 
     sandbox.wait_for(exported, "the duo exporter to count the seed's vNPU", 30)
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
     sandbox.wait_for(
         lambda: "vnpu_allocation_info{" not in sandbox.metrics("duo"),
         "the exporter back to zero",
@@ -113,7 +95,7 @@ def test_vnpus_pack_to_the_chip_budget_and_the_next_one_waits(sandbox: Any) -> N
     _apply(sandbox, *pods[:12])
     names = {p["metadata"]["name"] for p in pods[:12]}
     sandbox.wait_for(
-        lambda: _running(sandbox, names),
+        lambda: sandbox.running(names),
         "12 vir02 pods Running",
         120,
         explain=sandbox.describe_pods,
@@ -135,7 +117,7 @@ def test_vnpus_pack_to_the_chip_budget_and_the_next_one_waits(sandbox: Any) -> N
     sandbox.wait_for(unschedulable, "infer-12 unschedulable", 60, explain=sandbox.describe_pods)
     assert not sandbox.pods()["infer-12"]["spec"].get("nodeName")
     assert len(sandbox.vnpus("duo")) == 12
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_a_request_larger_than_any_chip_is_never_given_a_vnpu(sandbox: Any) -> None:
@@ -155,13 +137,13 @@ def test_a_request_larger_than_any_chip_is_never_given_a_vnpu(sandbox: Any) -> N
     assert any("30000" in (e.get("message") or "") for e in events), events
     assert sandbox.vnpus("duo") == []
     assert sandbox.ledger_records("duo") == []
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_whole_chips_are_kept_to_one_ring(sandbox: Any) -> None:
     _apply(sandbox, _pod("pair", {f"huawei.com/{TRAIN_CW}": 2}))
     pods = sandbox.wait_for(
-        lambda: _running(sandbox, {"pair"}), "pair Running", 60, explain=sandbox.describe_pods
+        lambda: sandbox.running({"pair"}), "pair Running", 60, explain=sandbox.describe_pods
     )
     annotations = pods["pair"]["metadata"]["annotations"]
     devices = protocol.decode_devices(
@@ -169,7 +151,7 @@ def test_whole_chips_are_kept_to_one_ring(sandbox: Any) -> None:
     )[0]
     assert len(devices) == 2
     assert sandbox.vnpus("train") == []  # whole chips: no vNPU
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def _volcano_job(name: str, workers: int) -> Json:
@@ -255,7 +237,7 @@ def test_the_seed_volcano_job_runs_as_a_gang_and_a_larger_one_waits_whole(sandbo
     sandbox.wait_for(bert_running, "bert 6/6 Running once resnet is gone", 120,
                      explain=sandbox.describe_pods)  # fmt: skip
     sandbox.ctl.run(["delete", "jobs.batch.volcano.sh", "bert", "--wait=false"])
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sandbox: Any) -> None:
@@ -274,7 +256,7 @@ def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sand
     sandbox.start(scheduler)
 
     running = sandbox.wait_for(
-        lambda: _running(sandbox, names), "the 5 pods Running after the restart", 120,
+        lambda: sandbox.running(names), "the 5 pods Running after the restart", 120,
         explain=sandbox.describe_pods,
     )  # fmt: skip
     per_chip: dict[str, int] = {}
@@ -287,7 +269,7 @@ def test_a_restart_of_volcanos_scheduler_with_npu_pods_pending_loses_no_pod(sand
         per_chip[devices[0].uuid] = per_chip.get(devices[0].uuid, 0) + 1
     assert max(per_chip.values()) <= 3, per_chip  # vir02: three per 310P3 chip at most
     assert sorted(v.template for v in sandbox.vnpus("duo")) == ["vir02"] * 5
-    _delete_all(sandbox)
+    sandbox.delete_pods(NODES)
 
 
 def test_the_operator_guide_gives_the_configuration_these_tests_run() -> None:

@@ -219,19 +219,24 @@ def test_peers_bin_names_what_is_wrong_with_its_input(tmp_path: Path) -> None:
     assert "no go.mod there" in empty.stderr
 
 
+def _rendered(tmp_path: Path, peer: str) -> list[Json]:
+    """The peer's real chart as ``make peer-charts`` renders it."""
+    rendered = tmp_path / f"{peer}.yaml"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--peer", peer,
+         "--output", str(rendered)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return peers.read_chart(rendered)
+
+
 def test_volcanos_real_chart_gives_what_the_sandbox_runs(tmp_path: Path) -> None:
     try:
         chart_dir = peers.chart_dir("volcano")
     except peers.PeerError as exc:
         pytest.skip(f"Volcano is not built (`make peers-bin`): {exc}")
-    rendered = tmp_path / "volcano.yaml"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--peer", "volcano",
-         "--output", str(rendered)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    chart = peers.read_chart(rendered)
+    chart = _rendered(tmp_path, "volcano")
     assert chart_dir.name == "volcano"
     documents = peers.install_documents(chart, volcano.NAMESPACE)
     crds = {d["metadata"]["name"] for d in documents if d["kind"] == "CustomResourceDefinition"}
@@ -251,16 +256,9 @@ def test_hamis_real_chart_gives_its_webhook_on_loopback_and_keeps_vnpus_device_c
         peers.chart_dir("hami")
     except peers.PeerError as exc:
         pytest.skip(f"HAMi is not built (`make peers-bin`): {exc}")
-    rendered = tmp_path / "hami.yaml"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "render_chart.py"), "--peer", "hami",
-         "--output", str(rendered)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
     build = peers.Build("hami", tmp_path / "bin", tmp_path / "src", "/usr/bin/unshare")
     where = layout.Layout.at(tmp_path / "sb")
-    peer = hami.Hami.at(where, build, peers.read_chart(rendered), hami.Ports(7, 8, 9))
+    peer = hami.Hami.at(where, build, _rendered(tmp_path, "hami"), hami.Ports(7, 8, 9))
     documents = hami.install_documents(peer, "Q0E=", "hami-scheduler-device")
     names = {(d["kind"], d["metadata"]["name"]) for d in documents}
     assert ("ConfigMap", "hami-scheduler") in names
