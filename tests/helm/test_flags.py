@@ -14,6 +14,7 @@ import base64
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vnpu_device_plugin import settings as plugin_settings
 from vnpu_exporter import settings as exporter_settings
@@ -30,6 +31,7 @@ COMMANDS = {
     "exporter": ["vnpu-exporter"],
 }
 NODE = "ascend-node-1"
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "vnpu"
 
 
 def _mounts(container):
@@ -267,6 +269,21 @@ def test_device_plugin_soft_mode_switch(render, tmp_path, value, expected):
     manifests = render({"devicePlugin": {"hamiVnpuCore": value}})
     config = plugin_settings.from_args(command_line(manifests, "device-plugin", tmp_path))
     assert config.hami_vnpu_core is expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, False), (False, False), (True, True)])
+def test_device_plugin_places_undecided_pods_only_when_asked(render, tmp_path, value, expected):
+    values = {} if value is None else {"devicePlugin": {"placeUndecided": value}}
+    manifests = render(values)
+    config = plugin_settings.from_args(command_line(manifests, "device-plugin", tmp_path))
+    assert config.place_undecided is expected
+
+
+def test_the_volcano_preset_places_undecided_pods(render, tmp_path):
+    """vc-scheduler binds NPU pods without a decision at every start (values-volcano.yaml)."""
+    preset = yaml.safe_load((CHART / "values-volcano.yaml").read_text(encoding="utf-8"))
+    config = plugin_settings.from_args(command_line(render(preset), "device-plugin", tmp_path))
+    assert config.place_undecided is True
 
 
 def test_exporter_settings_follow_the_values(render, tmp_path):

@@ -57,3 +57,17 @@ def bind_annotations(assignment: allocator.Assignment, now_seconds: int) -> dict
         }
     )
     return annotations
+
+
+def describe(assignment: allocator.Assignment) -> str:
+    """The chips a pod got, for its event: ``main: Ascend310P chip 2 (vir02)``."""
+    parts = []
+    for container in assignment.containers:
+        if not container.grants:
+            continue
+        chips = []
+        for grant in container.grants:
+            what = grant.template or ("soft slice" if grant.soft else "whole")
+            chips.append(f"{grant.common_word} chip {grant.chip} ({what})")
+        parts.append(f"{container.container}: {', '.join(chips)}")
+    return "; ".join(parts) or "no chips"

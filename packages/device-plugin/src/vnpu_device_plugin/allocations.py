@@ -7,7 +7,10 @@ in the API does not hold:
 1. map kubelet's device ids to chips (an id we never advertised: ``UnknownDevice``);
 2. identify the pod (``finder``: the one pod bound here that could be the one, as kubelet's
    PodResources settles it, with a decision that fits; anything else is refused, never
-   guessed); a pod whose annotations or names cannot be served is failed;
+   guessed); a pod whose annotations or names cannot be served is failed. With a
+   ``placement.Placer`` (``--place-undecided``), the one pod that still has no decision
+   after the wait is decided for by it, on this node, and then served from step 3 on like
+   any other;
 3. check the containers' decision against what is held on their chips (``holdings``: the
    grant book, the ledger, kubelet's PodResources); a decision that takes what a live pod
    holds, or goes over a budget, fails the pod (``GrantConflict``) with a Warning event;
@@ -41,7 +44,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -53,6 +55,7 @@ from vnpu_device_plugin import (
     devices,
     environment,
     errors,
+    events,
     finder,
     grants,
     holdings,
@@ -60,6 +63,7 @@ from vnpu_device_plugin import (
     lifecycle,
     metrics,
     nodelock,
+    placement,
     podplan,
     reclaim,
     settings,
@@ -70,7 +74,6 @@ from vnpu_service import kubeapi
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
-EVENT_SOURCE = "vnpu-device-plugin"
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class Allocations:
         attempts: int,
         lock: threading.Lock,
         on_failure: Callable[[], None] = lambda: None,
+        placer: placement.Placer | None = None,
     ) -> None:
         self._api = api
         self._inventory = inventory
@@ -119,6 +123,7 @@ class Allocations:
         self._attempts = attempts
         self.lock = lock
         self._on_failure = on_failure
+        self._placer = placer
 
     # -- Allocate ----------------------------------------------------------------------
 
@@ -133,7 +138,8 @@ class Allocations:
             assert found.plan is not None
             return self._serve(found, found.plan, chips, ids)
 
-        return self._finder.find(chips, self.lock, serve)
+        place = self._placer.place if self._placer is not None else None
+        return self._finder.find(chips, self.lock, serve, place)
 
     def _chips(self, request: api_pb2.AllocateRequest) -> list[list[backend.ChipInfo]]:
         if not request.container_requests:
@@ -362,39 +368,10 @@ class Allocations:
         except kubeapi.ApiError as exc:
             log.error("bind_phase_not_written", pod=f"{namespace}/{name}", error=str(exc))
         if isinstance(error, errors.GrantConflict | errors.InvalidName | errors.DecisionTooSmall):
-            self._warn(pod, type(error).__name__, str(error))
+            events.record(
+                self._api, self._inventory.node, pod, "Warning", type(error).__name__, str(error)
+            )
         self._release_for(namespace, name)
-
-    def _warn(self, pod: Json, reason: str, message: str) -> None:
-        """A Warning event on the pod, as ``kubectl describe pod`` shows it; best effort."""
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": EVENT_SOURCE, "host": self._inventory.node},
-            "reportingComponent": EVENT_SOURCE,
-            "reportingInstance": self._inventory.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self._api.create_event(namespace, event)
-        except kubeapi.ApiError as exc:
-            log.warning("event_not_recorded", reason=reason, error=str(exc))
 
     def _release_for(self, namespace: str, name: str) -> None:
         """Remove the node lock if it names this pod or nobody (Volcano's bare form)."""

@@ -1,6 +1,7 @@
 """Errors of the device plugin service (the NPU access layer has its own, in ``npu.errors``).
 
-``finder`` raises ``PodNotIdentified``; ``podplan`` raises ``BadAnnotation`` for a pod whose
+``finder`` raises ``PodNotIdentified``; ``placement`` raises ``NotPlaced`` for a pod bound
+without a decision that it cannot decide for; ``podplan`` raises ``BadAnnotation`` for a pod whose
 scheduler annotations cannot be served (``DecisionTooSmall`` when the decision gives a
 container less memory than it asks) and ``names`` ``InvalidName`` for a name it will not
 put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``GrantConflict``;
@@ -12,6 +13,9 @@ put in a path; ``devices`` raises ``UnknownDevice``; ``holdings`` raises ``Grant
     ├── AllocateError       one Allocate cannot be served (its ``code`` is the gRPC status name)
     │   ├── UnknownDevice   kubelet sent device ids this plugin never advertised  -> INVALID_ARGUMENT
     │   ├── PodNotIdentified not one pod with a decision that fits (reason)       -> FAILED_PRECONDITION
+    │   ├── NotPlaced       a pod bound without a decision cannot be placed here (outcome, reason)
+    │   │                   -> RESOURCE_EXHAUSTED (no room) / FAILED_PRECONDITION (never fits here,
+    │   │                      pod gone) / INVALID_ARGUMENT (malformed request)
     │   ├── BadAnnotation   the pod's annotations cannot be served (key, value)  -> INVALID_ARGUMENT
     │   │   └── DecisionTooSmall the decision gives a container less memory than it asks
     │   │                       (container, template, given_mib, asked_mib, chip_mib) -> INVALID_ARGUMENT
@@ -30,6 +34,8 @@ repeats calls that met ``Unavailable``, and the servicer answers the rest ``UNAV
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
 
 
 class DevicePluginError(Exception):
@@ -92,6 +98,50 @@ class PodNotIdentified(AllocateError):
         self.candidates = candidates
         self.reason = reason
         super().__init__(f"node {node}: {problem}")
+
+
+NotPlacedOutcome = Literal[
+    "does_not_fit",  # the allocator finds no room for the pod on this node (reason: which budget)
+    "bad_request",  # the pod's request cannot be read, or is not one this plugin can place
+    "pod_gone",  # the pod was deleted (or is being deleted) while it was placed
+]
+NOT_PLACED_OUTCOMES: tuple[NotPlacedOutcome, ...] = get_args(NotPlacedOutcome)
+
+
+class NotPlaced(AllocateError):
+    """Pod ``pod`` was bound to node ``node`` without a device decision, and this plugin could
+    not decide for it: ``outcome`` is one of ``NOT_PLACED_OUTCOMES``, ``reason`` the
+    allocator's reason code (``vnpu_core.budgets.Reason``: ``aicore``, ``no-free-chip``,
+    ...) or the request's field, ``problem`` the sentence (which budget, how much is free).
+    ``unresolvable``: the pod can never fit this node (no eviction would help)."""
+
+    result = "not_placed"
+
+    def __init__(
+        self,
+        node: str,
+        pod: str,
+        outcome: NotPlacedOutcome,
+        reason: str,
+        problem: str,
+        *,
+        unresolvable: bool = False,
+    ) -> None:
+        self.node = node
+        self.pod = pod
+        self.outcome = outcome
+        self.reason = reason
+        self.problem = problem
+        if outcome == "bad_request":
+            self.code = "INVALID_ARGUMENT"
+        elif outcome == "pod_gone" or unresolvable:
+            self.code = "FAILED_PRECONDITION"
+        else:
+            self.code = "RESOURCE_EXHAUSTED"
+        super().__init__(
+            f"pod {pod} was bound to node {node} without a device decision and the device "
+            f"plugin cannot place it there: {problem}"
+        )
 
 
 class BadAnnotation(AllocateError):

@@ -33,7 +33,10 @@ the pod it admits with ``UnexpectedAdmissionError``) with its ``reason`` and the
   could: answered at once;
 * ``no_decision``: the one candidate has no decision for this node: the API is read again
   until ``wait`` seconds have passed (its decision may not show yet), then refused; another
-  pod's decision is never handed to it;
+  pod's decision is never handed to it. When the caller passes ``place`` (the plugin runs
+  with ``--place-undecided``), the look that starts after ``wait`` hands the candidate to it
+  instead (``placement`` decides what it gets, under the same hold of the lock) and serves
+  the pod it returns like any decided pod; ``place`` raising refuses it;
 * ``decision_mismatch``: the one candidate's next containers need other device counts than
   kubelet asks for: refused after ``wait``;
 * ``ambiguous``: more than one candidate, and kubelet's records do not settle it
@@ -52,6 +55,7 @@ that waits does not hold up the others. ``allocations`` calls ``find`` for Alloc
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -69,6 +73,7 @@ Json = dict[str, Any]
 T = TypeVar("T")
 Unservable = errors.BadAnnotation | errors.InvalidName
 Chips = Sequence[Sequence[backend.ChipInfo]]
+Place = Callable[[Json, Chips], Json]  # ``placement.Placer.place``: the pod with a decision
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -303,37 +308,63 @@ class Finder:
         seen, left, kubelet = self._candidates(count, lambda c: _fits(c.plan, chips))
         if len(left) != 1:
             return _Look(None, seen, left, kubelet, "ambiguous" if left else "no_candidate")
-        one = left[0]
-        how = "kubelet" if kubelet else "only-candidate"
+        return self._settle(left[0], _Look(None, seen, left, kubelet, ""), chips)
+
+    def _settle(self, one: _Candidate, look: _Look, chips: Chips) -> _Look:
+        """``look`` with the one candidate left found, or the reason it is not (its decision)."""
+        how = "kubelet" if look.kubelet else "only-candidate"
         if one.broken is not None:
-            return _Look(Found(one.pod, None, one.broken, how), seen, left, kubelet, "")
+            return dataclasses.replace(look, found=Found(one.pod, None, one.broken, how))
         if one.plan is None:
-            return _Look(None, seen, left, kubelet, "no_decision")
+            return dataclasses.replace(look, reason="no_decision")
         if not _fits(one.plan, chips):
-            return _Look(None, seen, left, kubelet, "decision_mismatch")
+            return dataclasses.replace(look, reason="decision_mismatch")
         if not _on_chips(one.plan, chips):
             log.warning(
                 "allocate_not_on_scheduled_chips",
                 pod=one.who,
                 kubelet_chips=[[c.phy_id for c in ids] for ids in chips],
             )
-        return _Look(Found(one.pod, one.plan, None, how), seen, left, kubelet, "")
+        return dataclasses.replace(look, found=Found(one.pod, one.plan, None, how))
+
+    def _placed(self, look: _Look, chips: Chips, place: Place) -> _Look:
+        """``look`` once ``place`` decided for its one candidate, which had no decision (or the
+        candidate as ``place`` found it decided meanwhile); a refusal marks it refused."""
+        one = look.left[0]
+        try:
+            pod = place(one.pod, chips)
+        except BaseException:
+            self._refused.add(one.uid)  # kubelet fails the pod: it will not be admitted again
+            raise
+        fresh = self._candidate(pod)
+        return self._settle(fresh, dataclasses.replace(look, left=[fresh]), chips)
 
     def find(
-        self, chips: Chips, lock: AbstractContextManager[Any], serve: Callable[[Found], T]
+        self,
+        chips: Chips,
+        lock: AbstractContextManager[Any],
+        serve: Callable[[Found], T],
+        place: Place | None = None,
     ) -> T:
         """``serve`` the pod kubelet's Allocate (devices on ``chips``, per container) is for.
 
         Each look and ``serve`` run under ``lock``; the pauses between looks do not. Raises
         ``errors.PodNotIdentified`` at once when no pod can be the one, else after ``wait``
-        seconds without one candidate whose decision fits.
+        seconds without one candidate whose decision fits. With ``place``, a look that starts
+        once ``wait`` seconds have passed and finds the one candidate still without a decision
+        hands it to ``place`` under the same hold of ``lock`` and serves the pod it returns
+        (``place`` raises when it cannot decide for it).
         """
         start = time.monotonic()
         deadline = start + self._wait
         pause = 0.05
         while True:
             with lock:
+                expired = time.monotonic() >= deadline
                 look = self._look(chips)
+                placing = place is not None and look.reason == "no_decision"
+                if placing and expired and place is not None:
+                    look = self._placed(look, chips, place)
                 if look.found is not None:
                     try:
                         return serve(look.found)
@@ -341,7 +372,9 @@ class Finder:
                         self._refused.add(str(_meta(look.found.pod).get("uid", "")))
                         raise
             now = time.monotonic()
-            if look.reason == "no_candidate" or now >= deadline:
+            # A pod to place is refused only after a look that started past the deadline
+            # has had it placed (or found it decided), never by a look that ended past it.
+            if look.reason == "no_candidate" or (expired if placing else now >= deadline):
                 if look.reason in ("no_decision", "decision_mismatch"):
                     with lock:  # kubelet fails the pod: it will not be admitted again
                         self._refused.add(look.left[0].uid)

@@ -28,7 +28,8 @@ runs again. What still conflicts raises ``errors.GrantConflict`` (counted in
 
 ``encode`` is the vnpu-only node annotation ``vnpu.io/granted-<CW>`` (``vnpu_core.granted``)
 that ``publisher`` writes, so a scheduler can count what was granted rather than what pod
-annotations claim. ``allocations`` calls ``check`` under the allocation lock.
+annotations claim. ``allocations`` calls ``check`` under the allocation lock; ``placement``
+counts ``live`` (the recorded holdings of pods not done) when it decides for a pod.
 """
 
 from __future__ import annotations
@@ -246,6 +247,13 @@ class Holdings:
 
     def annotation(self) -> str:
         return encode(self.recorded())
+
+    def live(self, pods: Sequence[Json], listing: podresources.Listing | None) -> list[Holding]:
+        """The recorded holdings whose containers may still use them (``alive``), judged by
+        ``pods`` (the node's pods, just listed) and ``listing``: what ``placement`` counts
+        beside the pods' own decisions."""
+        by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        return [h for h in self.recorded() if alive(h, by_uid.get(h.pod_uid), listing)]
 
     def _strangers(
         self,

@@ -15,6 +15,7 @@ from the closed sets below, never from pods or chips.
 | ``vnpu_device_plugin_vnpus_reclaimed_by_trigger_total`` | ``trigger``: ``RECLAIM_TRIGGERS`` |
 | ``vnpu_device_plugin_pod_watch_restarts_total`` | ``reason``: ``WATCH_RESTART_REASONS`` |
 | ``vnpu_device_plugin_grant_conflicts_total`` | ``reason``: ``CONFLICT_REASONS`` |
+| ``vnpu_device_plugin_placements_total`` | ``result``: ``PLACEMENT_RESULTS`` |
 | ``vnpu_device_plugin_reclaims_withheld_total`` | ``reason``: ``WITHHELD_REASONS`` |
 | ``vnpu_device_plugin_state_disagreements_total`` | ``reason``: ``DISAGREEMENT_REASONS`` |
 | ``vnpu_device_plugin_vnpus_owned`` | |
@@ -41,6 +42,7 @@ ALLOCATION_RESULTS = (
     "invalid_name",  # a namespace, pod or container name or a UID the plugin will not use
     "grant_conflict",  # the decision takes what a live pod holds, or goes over a budget
     "vnpu_failed",  # the driver refused or failed a vNPU create
+    "not_placed",  # bound without a decision and not placed here (--place-undecided)
     "api_error",  # the Kubernetes API failed beyond the retries
     "failed",  # anything else
 )
@@ -55,6 +57,15 @@ CONFLICT_REASONS = (
     "held_whole",  # another live pod holds the chip whole
     "held_shared",  # a whole chip (or the other sharing mode) asked of a chip others share
     "over_budget",  # a vNPU or soft slice would go over one of the chip's budgets
+)
+PLACEMENT_RESULTS = (  # pods bound here without a decision, with --place-undecided
+    "placed",  # the plugin wrote a decision for this node on the pod
+    "decided_meanwhile",  # a decision showed up while the plugin placed it: that one is served
+    "has_decision",  # the pod carries a decision (for another node, or one that cannot be read): left alone
+    "does_not_fit",  # no room on this node for the request (the allocator's reason)
+    "bad_request",  # the request cannot be read or placed by this plugin
+    "pod_gone",  # deleted, or being deleted, meanwhile
+    "api_error",  # the Kubernetes API failed beyond the retries
 )
 WITHHELD_REASONS = (
     "granted_to_live_pod",  # the grant book names the vNPU for a pod that is still live
@@ -120,6 +131,13 @@ class Metrics:
             "Allocates refused because the decision takes what this plugin granted a live pod, "
             "or goes over a chip's budget, by why.",
             ["reason"],
+            registry=r,
+        )
+        self.placements = Counter(
+            "vnpu_device_plugin_placements",
+            "Pods bound to this node without a device decision that the plugin tried to decide "
+            "for (--place-undecided), by result.",
+            ["result"],
             registry=r,
         )
         self.reclaims_withheld = Counter(
@@ -193,6 +211,8 @@ class Metrics:
             self.vnpus_reclaimed_by_trigger.labels(trigger)
         for reason in CONFLICT_REASONS:
             self.grant_conflicts.labels(reason)
+        for result in PLACEMENT_RESULTS:
+            self.placements.labels(result)
         for reason in WITHHELD_REASONS:
             self.reclaims_withheld.labels(reason)
         for reason in DISAGREEMENT_REASONS:

@@ -35,6 +35,7 @@ from vnpu_device_plugin import (
     lifecycle,
     metrics,
     monitoring,
+    placement,
     podresources,
     podwatch,
     publisher,
@@ -217,6 +218,18 @@ class Plugin:
             attempts=options.api_attempts,
             wait=options.allocate_wait,
         )
+        placer = None
+        if options.place_undecided:
+            placer = placement.Placer(
+                api,
+                self.inventory,
+                models,
+                self.holdings,
+                self.stats,
+                kubelet=self.kubelet_view.listing,
+                healthy=self.board.healthy,
+                attempts=options.api_attempts,
+            )
         self.allocations = allocations.Allocations(
             api,
             self.inventory,
@@ -232,6 +245,7 @@ class Plugin:
             attempts=options.api_attempts,
             lock=self.lock,
             on_failure=self.reconciler.poke,
+            placer=placer,
         )
         self.service = service.DevicePluginService(
             self.inventory, self.board, self.allocations, self.stats

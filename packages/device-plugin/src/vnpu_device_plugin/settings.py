@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     allocate_wait: float = pydantic.Field(default=5.0, ge=0)
     """Seconds an Allocate reads again while its pod shows no decision yet, or while more than
     one pod could be the one and kubelet's records do not settle it, before it fails."""
+    place_undecided: bool = False
+    """Decide for a pod bound here without a device decision once ``allocate_wait`` has passed
+    (``placement``): a peer's scheduler (Volcano's, at every start) may bind NPU pods before it
+    reads the node's devices. Off: such a pod is refused, as with vnpu-scheduler, where a
+    missing decision means something is wrong."""
     api_timeout: float = pydantic.Field(default=10.0, gt=0)
     """Timeout of one Kubernetes API call."""
     api_attempts: int = pydantic.Field(default=5, ge=1, le=50)
@@ -174,6 +179,23 @@ def parser() -> argparse.ArgumentParser:
         action="store_const",
         const=False,
         help="reclaim only when an Allocate needs room and on the periodic pass",
+    )
+    place = cli.add_mutually_exclusive_group()
+    place.add_argument(
+        "--place-undecided",
+        dest="place_undecided",
+        action="store_const",
+        const=True,
+        default=None,
+        help="decide for a pod bound here without a device decision (Volcano's scheduler "
+        "binds some at every start) after --allocate-wait",
+    )
+    place.add_argument(
+        "--no-place-undecided",
+        dest="place_undecided",
+        action="store_const",
+        const=False,
+        help="refuse a pod bound here without a device decision (default)",
     )
     cli.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
     return cli

@@ -77,20 +77,6 @@ def _uid(pod: Json) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
 
 
-def describe(assignment: allocator.Assignment) -> str:
-    """The chips a pod got, for its event: ``main: Ascend310P chip 2 (vir02)``."""
-    parts = []
-    for container in assignment.containers:
-        if not container.grants:
-            continue
-        chips = []
-        for grant in container.grants:
-            what = grant.template or ("soft slice" if grant.soft else "whole")
-            chips.append(f"{grant.common_word} chip {grant.chip} ({what})")
-        parts.append(f"{container.container}: {', '.join(chips)}")
-    return "; ".join(parts) or "no chips"
-
-
 def names_npu(pod: Json, models: catalog.Catalog) -> bool:
     """Whether any container of ``pod`` names a chip model's resource (a count of 0 too)."""
     names: set[str] = set()
@@ -326,7 +312,7 @@ class Binder:
         log.debug("bind_steps", queued=queued, lock=locking, fit=fitting, binding=writing)
         if request.notes:  # read as HAMi or Volcano read it (a clamped core percentage, ...)
             self.event(pod, "Warning", "NPURequestAdjusted", "; ".join(request.notes))
-        return self._bound(pod, node, annotations, describe(assignment))
+        return self._bound(pod, node, annotations, binding.describe(assignment))
 
     @contextlib.asynccontextmanager
     async def _within_quota(
