@@ -167,7 +167,9 @@ def services(
     scheduler: bool = True,
 ) -> list[Component]:
     """vnpu-scheduler (unless not ``scheduler``), every node's agents and Prometheus, in start
-    order.
+    order. Without vnpu-scheduler (a peer's places NPU pods), the device plugins decide for a
+    pod bound without a device decision (``--place-undecided``), as vnpu's chart's presets for
+    the peers set it (``devicePlugin.placeUndecided`` in values-volcano.yaml, values-hami.yaml).
 
     ``credentials`` gives each part its own kubeconfig; ``scheduler_flags`` are added to
     vnpu-scheduler's command line. ``dra``: DRA mode (the webhook's ``--mode dra``, and the
@@ -196,7 +198,7 @@ def services(
         ),
     ][: 1 if scheduler else 0]
     for node in nodes:
-        out.extend(node_agents(where, node, ports, credentials, dra))
+        out.extend(node_agents(where, node, ports, credentials, dra, not scheduler))
     if prometheus is not None and ports.prometheus:
         data = where.prometheus / "data"
         argv = (
@@ -216,9 +218,10 @@ def node_agents(
     ports: Ports,
     credentials: Credentials,
     dra: bool = False,
+    place_undecided: bool = False,
 ) -> list[Component]:
     """The simulated kubelet, the device plugin (DRA mode: the DRA driver) and (when it has a
-    port) the exporter of a node."""
+    port) the exporter of a node; ``place_undecided``: the plugin's ``--place-undecided``."""
     dirs = where.node(node.name)
 
     def kubeconfig_of(role: str) -> str:
@@ -273,6 +276,7 @@ def node_agents(
         str(dirs.hami_shared),
         # The plugin may start before its kubelet has created the Node: publish again soon.
         f"--report-retry={PLUGIN_REPORT_RETRY_SECONDS:g}",
+        *(("--place-undecided",) if place_undecided else ()),
     )
     agents = [Component(f"kubelet-{node.name}", kubelet)]
     if dra:
