@@ -279,11 +279,15 @@ def test_device_plugin_places_undecided_pods_only_when_asked(render, tmp_path, v
     assert config.place_undecided is expected
 
 
-def test_the_volcano_preset_places_undecided_pods(render, tmp_path):
-    """vc-scheduler binds NPU pods without a decision at every start (values-volcano.yaml)."""
-    preset = yaml.safe_load((CHART / "values-volcano.yaml").read_text(encoding="utf-8"))
-    config = plugin_settings.from_args(command_line(render(preset), "device-plugin", tmp_path))
+@pytest.mark.parametrize("peer", ["volcano", "hami"])
+def test_the_peers_presets_place_undecided_pods(render, tmp_path, peer):
+    """vc-scheduler binds NPU pods without a decision at every start, the default scheduler
+    whole-chip pods HAMi's webhook let through while HAMi was down (values-<peer>.yaml)."""
+    preset = yaml.safe_load((CHART / f"values-{peer}.yaml").read_text(encoding="utf-8"))
+    manifests = render(preset)
+    config = plugin_settings.from_args(command_line(manifests, "device-plugin", tmp_path))
     assert config.place_undecided is True
+    assert "MutatingWebhookConfiguration" not in manifests.kinds()  # no vnpu webhook
 
 
 def test_exporter_settings_follow_the_values(render, tmp_path):
