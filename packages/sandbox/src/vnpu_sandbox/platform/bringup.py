@@ -8,7 +8,11 @@ sandbox CA as ``caBundle``), kube-scheduler's configuration (the chart's documen
 vnpu-scheduler and every node's kubelet, device plugin and exporter, each with its own
 identity. With ``up --kueue`` (``kueue``), Kueue's CRDs are created and established and its
 webhook configurations registered right after vnpu's, and its manager starts after
-kube-scheduler.
+kube-scheduler. With ``up --scheduler volcano|hami`` (``volcano``, ``hami``) no vnpu-scheduler
+and no vnpu webhook run: vnpu's RBAC, admission policies and device ConfigMap come from the
+chart rendered for the peer, then what the sandbox uses of the peer's chart is created, and
+the peer's processes start last, once the nodes are there (each module says what it waits
+for).
 
 Ready means usable (``probes.usable``): every HTTP endpoint answers, every node is Ready with
 its NPUs published, and kube-apiserver admits an NPU pod in ``default`` (a server-side dry
