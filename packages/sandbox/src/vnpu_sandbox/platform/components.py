@@ -175,28 +175,27 @@ def services(
     vnpu-scheduler's command line. ``dra``: DRA mode (the webhook's ``--mode dra``, and the
     DRA driver on each node instead of the device plugin).
     """
-    out = [
-        Component(
-            "vnpu-scheduler",
-            _python(
-                "vnpu_scheduler",
-                "--kubeconfig",
-                credentials("scheduler", None),
-                "--host",
-                LOOPBACK,
-                "--port",
-                str(ports.scheduler),
-                # as the chart installs it in kube-system: the quota Leases and the teams
-                "--lock-namespace",
-                TENANTS_NAMESPACE,
-                "--tenants-config",
-                f"{TENANTS_NAMESPACE}/{TENANTS_CONFIG_MAP}",
-                *(("--mode", "dra") if dra else ()),
-                *scheduler_flags,
-            ),
-            url(ports.scheduler, "/readyz"),
+    vnpu_scheduler = Component(
+        "vnpu-scheduler",
+        _python(
+            "vnpu_scheduler",
+            "--kubeconfig",
+            credentials("scheduler", None),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(ports.scheduler),
+            # as the chart installs it in kube-system: the quota Leases and the teams
+            "--lock-namespace",
+            TENANTS_NAMESPACE,
+            "--tenants-config",
+            f"{TENANTS_NAMESPACE}/{TENANTS_CONFIG_MAP}",
+            *(("--mode", "dra") if dra else ()),
+            *scheduler_flags,
         ),
-    ][: 1 if scheduler else 0]
+        url(ports.scheduler, "/readyz"),
+    )
+    out = [vnpu_scheduler] if scheduler else []
     for node in nodes:
         out.extend(node_agents(where, node, ports, credentials, dra, not scheduler))
     if prometheus is not None and ports.prometheus:

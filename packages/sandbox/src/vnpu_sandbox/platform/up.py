@@ -5,7 +5,10 @@ three-node ``cluster.yaml`` beside this module), refuses a directory whose sandb
 runs, chooses every port at once (none reused), and brings up the real control plane built
 by ``make k8s-bin`` with vnpu's services and the simulated nodes around it
 (``bringup.bring_up``), waiting until the sandbox is usable. With ``--kueue`` Kueue runs
-beside it (``kueue``: the manager ``make kueue-bin`` builds, its CRDs and webhooks). Then it
+beside it (``kueue``: the manager ``make kueue-bin`` builds, its CRDs and webhooks); with
+``--scheduler volcano|hami`` a peer's own scheduler places NPU pods instead of vnpu-scheduler
+(``peers``, ``volcano``, ``hami``: what ``make peers-bin`` builds, configured by the peer's
+chart as ``make peer-charts`` renders it). Then it
 prints the kubeconfig to export, every port and where the logs are, and exits, leaving the
 sandbox running.
 
