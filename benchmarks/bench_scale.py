@@ -6,6 +6,7 @@ nothing)::
 
     .venv/bin/python benchmarks/bench_scale.py --nodes 1000 --mode classic --pods 4000 --json
     .venv/bin/python benchmarks/bench_scale.py --nodes 1000 --mode all --timeout 1500
+    .venv/bin/python benchmarks/bench_scale.py --nodes 100 --mode peers
 
 Each run starts, in a directory of its own, the real control plane (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler) and KWOK with N nodes of 8 Ascend910B3 chips
@@ -20,11 +21,26 @@ allocates devices of the DRA driver ``npu.vnpu.io`` from the ResourceSlices the 
 publishes for every node before the pods come, as the driver would for 8 Ascend910B3 chips
 (``scale_dra``), and the whole-chip DeviceClass serves ``huawei.com/Ascend910B3`` to it. No
 kubelet prepares the claims (KWOK marks a bound pod Running), so dra's figure measures
-scheduling and allocation, not the driver's Prepare. ``--mode both`` runs plain then classic,
-``--mode all`` plain, classic then dra, each on a cluster of its own. Then P pods asking
+scheduling and allocation, not the driver's Prepare. ``--mode volcano`` and ``--mode hami``:
+a peer's scheduler places the pods as ``vnpu-sandbox up --scheduler <peer>`` runs it (``make
+peers-bin peer-charts``) and vnpu-scheduler does not run; the nodes are annotated and the
+plugin's Allocate is played as in classic, and kube-scheduler runs beside as in plain. In
+volcano, vc-controller-manager and vc-scheduler (``schedulerName: volcano``; its deviceshare
+plugin in HAMi mode decides the chip, as the operator guide's "Topology 2" runs it). Volcano
+reads a node's chips only when the Node changes after its first scheduling session, so once
+vc-scheduler has run one, every node reports again (``scale_cluster.report_again``) before the
+first pod is created. In hami, HAMi's extender and webhook and the chart's own kube-scheduler
+calling it (``schedulerName: hami-scheduler``, "Topology 3"), once HAMi has registered every
+node. The peers' client limits are raised as kube-scheduler's and kube-controller-manager's
+are (``--chart-client-limits`` keeps their charts': vc-controller-manager 50 QPS, burst 100;
+HAMi's extender client-go's 5, 10; HAMi's kube-scheduler 50, 100); vc-scheduler keeps its
+chart's 2000, 2000. ``--mode both`` runs plain then classic, ``--mode all`` plain, classic then
+dra (vnpu's own modes), ``--mode peers`` plain, classic, volcano then hami (vnpu beside the
+schedulers users run today), each on a cluster of its own. Then P pods asking
 ``huawei.com/Ascend910B3: 1`` (one whole chip; the same pods in every mode) are created at
 ``--rate`` pods/s, and each one is timed from its create request until KWOK (or the simulated
-kubelet) reports it Running.
+kubelet) reports it Running (in classic and the peers' modes: and the plugin's Allocate has
+answered it).
 
 Reported: pods/s from the first create to the last pod Running (and over the middle 80 % of
 the pods) and each mode's ratio to plain, the extender's filter, prioritize and bind latency
@@ -35,8 +51,16 @@ where DynamicResources writes the claim, fill the table's filter and bind column
 plugin's own PreFilter, Filter and Reserve are added as kube-scheduler samples them),
 kube-scheduler's attempts by result, and the CPU seconds of each process over the run
 (``/proc``; ``bench`` is this process: pod creation, the watch and the stand-in device
-plugins). ``--json`` prints one JSON object; otherwise a Markdown section for
-docs/benchmarks.md.
+plugins). In volcano, vc-scheduler's own latency from its ``/metrics`` fills the filter and
+bind columns: ``volcano_scheduling_stage_duration_milliseconds`` per pod, its ``Predicate``
+stage (every node, every predicate plugin) and its ``Bind`` (the Binding call); with it each
+session's length (``volcano_e2e_scheduling_latency_milliseconds``), its allocate action's
+(``volcano_action_scheduling_latency_milliseconds``), create -> Bound as vc-scheduler times it
+(``volcano_task_scheduling_latency_milliseconds``), and the pods bound with no device
+decision (none, when Volcano had read every node's chips). In hami, whose extender exports no
+latency, its kube-scheduler's ``scheduler_scheduling_attempt_duration_seconds`` (every plugin
+and the extender's filter call) fills the filter column. ``--json`` prints one JSON object;
+otherwise a Markdown section for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -63,7 +87,7 @@ import scale_dra
 import urllib3
 
 from vnpu_core import protocol
-from vnpu_sandbox.platform import controlplane
+from vnpu_sandbox.platform import controlplane, hami, volcano
 
 Json = dict[str, Any]
 NAMESPACE = "bench-scale"
@@ -80,8 +104,21 @@ PROGRESS_SECONDS = 15.0
 IDLE_SECONDS = 10.0
 KUBE_POINTS = ("Filter", "PreBind", "Bind")
 """kube-scheduler's extension points reported in every mode."""
-SEVERAL = {"both": ("plain", "classic"), "all": scale_cluster.MODES}
-"""The ``--mode`` values that run more than one mode, one after the other."""
+SEVERAL = {
+    "both": ("plain", "classic"),
+    "all": ("plain", "classic", "dra"),
+    "peers": ("plain", "classic", *scale_cluster.PEER_MODES),
+}
+"""The ``--mode`` values that run more than one mode, one after the other: ``all`` is vnpu's
+own modes beside plain, ``peers`` vnpu's classic mode beside the peers' schedulers."""
+PEER_PROCESSES = {
+    "volcano": ("vc-controller-manager", "vc-scheduler"),
+    "hami": ("hami-scheduler", "hami-kube-scheduler"),
+}
+"""Each peer's processes, as the CPU figures name them."""
+VOLCANO_TOP_MS = 500.0
+"""The last finite bound of vc-scheduler's per-pod stage histogram: a quantile there is at
+least that."""
 
 
 def log(text: str) -> None:
@@ -119,8 +156,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=(*scale_cluster.MODES, *SEVERAL),
         default="both",
         help="plain (kube-scheduler alone), classic (with vnpu), dra (kube-scheduler "
-        "allocating vnpu's DRA devices), both (plain, classic) or all three, one after the "
-        "other (default both)",
+        "allocating vnpu's DRA devices), volcano or hami (the peer's scheduler, vnpu's device "
+        "plugin played), both (plain, classic), all (plain, classic, dra) or peers (plain, "
+        "classic, volcano, hami), one after the other (default both)",
     )
     parser.add_argument(
         "--pods", type=_bounded(int, 1, 200000), help=f"pods (default {PODS_PER_NODE} per node)"
@@ -135,8 +173,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--real-nodes",
         type=_bounded(int, 0, 20),
         default=0,
-        help="classic only (plain and dra runs of both or all leave them out): this many of "
-        "the nodes are simulated nodes whose kubelet and device plugin run for real (default 0)",
+        help="classic only (the other modes' runs of both, all or peers leave them out): this "
+        "many of the nodes are simulated nodes whose kubelet and device plugin run for real "
+        "(default 0)",
     )
     parser.add_argument(
         "--timeout",
@@ -144,12 +183,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_TIMEOUT,
         help=f"seconds to wait for every pod to run (default {DEFAULT_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--chart-client-limits",
+        action="store_true",
+        help="volcano, hami: run the peer with its chart's client limits (vc-controller-manager "
+        "50 QPS, burst 100; HAMi's extender 5, 10; HAMi's kube-scheduler 50, 100) instead of "
+        "raising them as kube-scheduler's and kube-controller-manager's are",
+    )
     parser.add_argument("--keep", type=Path, help="keep each run's directory (logs) in this one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.json and args.mode in SEVERAL:
         parser.error(f"--json prints one run: give one of {', '.join(scale_cluster.MODES)}")
-    if args.real_nodes and args.mode in ("plain", "dra"):
+    if args.real_nodes and args.mode in ("plain", "dra", *scale_cluster.PEER_MODES):
         parser.error(f"--real-nodes {args.real_nodes}: real nodes run vnpu, so --mode classic")
     if args.real_nodes >= args.nodes:
         parser.error(f"--real-nodes {args.real_nodes}: must be fewer than --nodes {args.nodes}")
@@ -174,6 +220,10 @@ def pod_body(name: str, mode: str, resource: str, node: str | None = None) -> Js
     }
     if mode == "classic":  # the webhook would set it; set here, the run does not depend on it
         spec["schedulerName"] = "vnpu-scheduler"
+    if mode == "volcano":
+        spec["schedulerName"] = volcano.SCHEDULER_NAME
+    if mode == "hami":  # HAMi's webhook would set it too
+        spec["schedulerName"] = hami.SCHEDULER_NAME
     if node is not None:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -204,6 +254,7 @@ class PodTimes:
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.placed: dict[str, str] = {}  # pod -> node
+        self.undecided: set[str] = set()  # bound with no bind phase: no device decision
         self.stopping = threading.Event()
         self.restarts = 0
         self.thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
@@ -212,10 +263,12 @@ class PodTimes:
         now = time.monotonic()
         name = pod["metadata"]["name"]
         node = (pod.get("spec") or {}).get("nodeName")
+        notes = pod["metadata"].get("annotations") or {}
         if node:
             self.bound.setdefault(name, now)
             self.placed[name] = node
-        notes = pod["metadata"].get("annotations") or {}
+            if self.allocated and BIND_PHASE not in notes:
+                self.undecided.add(name)
         done = not self.allocated or notes.get(BIND_PHASE) == SUCCESS
         if (pod.get("status") or {}).get("phase") == "Running" and done:
             self.running.setdefault(name, now)
@@ -368,6 +421,56 @@ def dra_figures(api: kubernetes.client.ApiClient, before: str, after: str, kube:
     return found | scale_dra.plugin_figures(before, after) | scale_dra.claims(api, NAMESPACE)
 
 
+def volcano_figures(before: str, after: str) -> Json:
+    """vc-scheduler's own latency over the run, from its ``/metrics`` (milliseconds there):
+    per pod its Predicate stage (every node; the table's filter column), its Scoring and its
+    Bind (the Binding call; the bind column); per session its whole length, its opening (the
+    cache's snapshot) and its allocate action; per pod create -> Bound as vc-scheduler times
+    it (from the pod's creation timestamp, whole seconds). Its
+    ``volcano_schedule_attempts_total`` is left out: nothing in the pinned source counts it."""
+    found: Json = {}
+
+    def spread(key: str, name: str, **labels: str) -> None:
+        buckets, total = scale_cluster.histogram(before, after, name, **labels)
+        count = buckets[-1][1] if buckets else 0
+        for q in (0.5, 0.99):
+            value = scale_cluster.quantile(buckets, q)
+            found[f"{key}_p{round(100 * q)}_ms"] = None if value is None else round(value, 2)
+        found[f"{key}_mean_ms"] = round(total / count, 2) if count else None
+        found[f"{key}_count"] = int(count)
+
+    stages = "volcano_scheduling_stage_duration_milliseconds"
+    spread("filter", stages, stage="Predicate")
+    spread("volcano_scoring", stages, stage="Scoring")
+    spread("bind", stages, stage="Bind")
+    spread("volcano_session", "volcano_e2e_scheduling_latency_milliseconds")
+    spread("volcano_open_session", "volcano_open_session_duration_milliseconds")
+    spread("volcano_allocate", "volcano_action_scheduling_latency_milliseconds", action="allocate")
+    spread("volcano_bound", "volcano_task_scheduling_latency_milliseconds", stage="Bound")
+    return found
+
+
+def hami_figures(before: str, after: str) -> Json:
+    """HAMi's latency, from its own kube-scheduler's ``/metrics`` (HAMi's extender exports no
+    latency): per scheduling attempt of its profile,
+    ``scheduler_scheduling_attempt_duration_seconds`` (every plugin and HAMi's filter call,
+    which writes the decision on the pod; the table's filter column), and its attempts by
+    result. The bind (the extender's, under the node lock) is timed by nothing of HAMi's or
+    kube-scheduler's: it shows in create -> Running."""
+    name = "scheduler_scheduling_attempt_duration_seconds"
+    buckets, total = scale_cluster.histogram(before, after, name, profile=hami.SCHEDULER_NAME)
+    count = buckets[-1][1] if buckets else 0
+    finite = [bound for bound, _ in buckets if bound != float("inf")]
+    return {
+        "filter_p50_ms": _ms(scale_cluster.quantile(buckets, 0.5)),
+        "filter_p99_ms": _ms(scale_cluster.quantile(buckets, 0.99)),
+        "filter_mean_ms": _ms(total / count) if count else None,
+        "filter_count": int(count),
+        "hami_top_ms": _ms(max(finite)) if finite else None,
+        "hami_attempts": counted(before, after, "scheduler_schedule_attempts_total", "result"),
+    }
+
+
 def counted(before: str, after: str, name: str, label: str) -> dict[str, int]:
     """A counter's growth between two scrapes, by the value of ``label``."""
     grown: dict[str, int] = {}
@@ -448,6 +551,8 @@ def prepare(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kw
             120,
             2,
         )
+    if cluster.peer is not None:
+        published = start_peer(cluster, api, kwok)
     time.sleep(2)  # kube-scheduler's informers see the last nodes Ready (and slices)
     return {
         "nodes_create_seconds": round(created, 1),
@@ -456,10 +561,43 @@ def prepare(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kw
     }
 
 
+def start_peer(cluster: scale_cluster.Cluster, api: kubernetes.client.ApiClient, kwok: int) -> Json:
+    """The peer's processes once the nodes exist. Volcano: then every node's next report once
+    vc-scheduler has run a session (Volcano reads a node's chips only then), then two more
+    sessions, so that its cache holds every node's chips before the first pod comes. HAMi:
+    until it has registered every node (``Cluster.start_peer``)."""
+    names = [f"kwok-{i:05d}" for i in range(kwok)]
+    log(f"{cluster.mode}: starting {', '.join(PEER_PROCESSES[cluster.mode])}")
+    began = time.monotonic()
+    cluster.start_peer(names)
+    started = time.monotonic() - began
+    if isinstance(cluster.peer, volcano.Volcano):
+        peer = cluster.peer
+        scale_cluster.report_again(api, names)
+        seen = volcano.sessions(peer)
+        wait_for(
+            "vc-scheduler to run two sessions after the nodes reported",
+            lambda: volcano.sessions(peer) >= seen + 2,
+            60,
+            0.2,
+        )
+    return {
+        "peer_start_seconds": round(started, 1),
+        "peer_ready_seconds": round(time.monotonic() - began, 1),
+    }
+
+
 def measure(args: argparse.Namespace, mode: str, root: Path) -> Json:
     kwok = args.nodes - (args.real_nodes if mode == "classic" else 0)
-    cluster = scale_cluster.Cluster(root, mode, args.real_nodes if mode == "classic" else 0)
-    extra = {"classic": " and vnpu", "dra": " and vnpu's DeviceClasses"}.get(mode, "")
+    cluster = scale_cluster.Cluster(
+        root, mode, args.real_nodes if mode == "classic" else 0, args.chart_client_limits
+    )
+    extra = {
+        "classic": " and vnpu",
+        "dra": " and vnpu's DeviceClasses",
+        "volcano": " and Volcano's CRDs",
+        "hami": " and HAMi's webhook configuration",
+    }.get(mode, "")
     log(f"{mode}: starting the control plane, KWOK{extra}")
     began = time.monotonic()
     try:
@@ -471,7 +609,7 @@ def measure(args: argparse.Namespace, mode: str, root: Path) -> Json:
         names = [f"pod-{i:06d}" for i in range(args.pods)]
         resource = scale_cluster.chip_model().resource_name
         agents = None
-        if mode == "classic":
+        if mode in scale_cluster.PLUGIN_MODES:
             agents = scale_cluster.NodeAgents(api, [f"kwok-{i:05d}" for i in range(kwok)])
         to_real = pinned(names, args.nodes, [spec.name for spec in cluster.specs])
 
@@ -494,6 +632,42 @@ def measure(args: argparse.Namespace, mode: str, root: Path) -> Json:
     return {"mode": mode, "nodes": args.nodes, "kwok_nodes": kwok} | figures
 
 
+def scrape(cluster: scale_cluster.Cluster) -> dict[str, str]:
+    """The Prometheus text of each scheduler the mode runs, by name."""
+    names = ["kube-scheduler"]
+    if cluster.mode == "classic":
+        names.append("vnpu-scheduler")
+    if cluster.mode == "volcano":
+        names.append("vc-scheduler")
+    if cluster.mode == "hami":
+        names.append("hami-kube-scheduler")
+    return {name: cluster.metrics(name) for name in names}
+
+
+def scheduler_figures(
+    api: kubernetes.client.ApiClient,
+    cluster: scale_cluster.Cluster,
+    before: dict[str, str],
+    after: dict[str, str],
+    figures: Json,
+) -> Json:
+    """What the schedulers' ``/metrics`` say of the run (``scrape`` before and after it)."""
+    kube = before["kube-scheduler"], after["kube-scheduler"]
+    found: Json = {
+        "schedule_attempts": counted(*kube, "scheduler_schedule_attempts_total", "result")
+    }
+    if cluster.mode == "classic":
+        found |= extender_figures(before["vnpu-scheduler"], after["vnpu-scheduler"])
+    if cluster.mode == "volcano":
+        found |= volcano_figures(before["vc-scheduler"], after["vc-scheduler"])
+    if cluster.mode == "hami":
+        found |= hami_figures(before["hami-kube-scheduler"], after["hami-kube-scheduler"])
+    found |= kube_figures(*kube)
+    if cluster.mode == "dra":
+        found |= dra_figures(api, *kube, figures | found)
+    return found
+
+
 def run_pods(
     args: argparse.Namespace,
     cluster: scale_cluster.Cluster,
@@ -503,10 +677,9 @@ def run_pods(
     agents: scale_cluster.NodeAgents | None,
 ) -> Json:
     mode = cluster.mode
-    watch = PodTimes(api, agents.pod_changed if agents is not None else None, mode == "classic")
+    watch = PodTimes(api, agents.pod_changed if agents is not None else None, agents is not None)
     watch.thread.start()
-    vnpu_before = cluster.metrics("vnpu-scheduler") if mode == "classic" else ""
-    kube_before = cluster.metrics("kube-scheduler")
+    before = scrape(cluster)
     pids = cluster.pids()
     idle = scale_cluster.cpu_seconds(pids)
     time.sleep(IDLE_SECONDS)  # what the cluster costs with no pod coming: leases, heartbeats
@@ -541,8 +714,7 @@ def run_pods(
     load_after = os.getloadavg()
     creator.join(timeout=60)
     watch.stopping.set()
-    kube_after = cluster.metrics("kube-scheduler")
-    vnpu_after = cluster.metrics("vnpu-scheduler") if mode == "classic" else ""
+    after = scrape(cluster)
     running = sorted(watch.running.values())
     # to the last pod Running, or to the timeout when some never ran
     seconds = (
@@ -572,9 +744,6 @@ def run_pods(
         "create_to_running_p99_s": round(percentile(lasting, 0.99) or 0, 2),
         "filter_p50_ms": None,
         "filter_p99_ms": None,
-        "schedule_attempts": counted(
-            kube_before, kube_after, "scheduler_schedule_attempts_total", "result"
-        ),
         "cpu_seconds": dict(sorted(cpu.items(), key=lambda item: -item[1])),
         "cpu_cores_busy": round(sum(cpu.values()) / window, 2),
         "cpu_ms_per_pod": round(1000 * sum(cpu.values()) / len(running)) if running else None,
@@ -588,11 +757,9 @@ def run_pods(
     if cluster.specs:
         real = {spec.name for spec in cluster.specs}
         figures["real_node_pods_running"] = sum(watch.placed.get(n) in real for n in watch.running)
-    if mode == "classic":
-        figures |= extender_figures(vnpu_before, vnpu_after)
-    figures |= kube_figures(kube_before, kube_after)
-    if mode == "dra":
-        figures |= dra_figures(api, kube_before, kube_after, figures)
+    if agents is not None:
+        figures["bound_without_decision"] = len(watch.undecided)
+    figures |= scheduler_figures(api, cluster, before, after, figures)
     if len(running) < len(names):
         log(f"{mode}: only {len(running)} of {len(names)} pods Running after {args.timeout:g} s")
     return figures
@@ -622,7 +789,11 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
     ]
     for r in rows:
         # the last finite bound of the histogram the column comes from: at least that
-        ftop, btop = (r.get("kube_top_ms"),) * 2 if r["mode"] == "dra" else (None, 10000)
+        ftop, btop = {
+            "dra": (r.get("kube_top_ms"),) * 2,
+            "volcano": (VOLCANO_TOP_MS, VOLCANO_TOP_MS),
+            "hami": (r.get("hami_top_ms"), None),
+        }.get(r["mode"], (None, 10000))
         lines.append(
             f"| {r['mode']} | {r['nodes']} | {r['running']} of {r['pods']} "
             f"| {_cell(r['pods_per_second'])} | {_cell(r['middle_pods_per_second'])} "
@@ -653,6 +824,33 @@ def markdown(args: argparse.Namespace, rows: list[Json], command: str) -> str:
             "(all nodes, all plugins) and its PreBind (DynamicResources writes the claim); "
             f"PreBind's mean: {_cell(r.get('kube_prebind_mean_ms'))} ms."
         )
+    if "volcano" in by_mode:
+        r = by_mode["volcano"]
+        lines.append(
+            f"\nvolcano: vc-scheduler placed the pods (kube-scheduler none); its filter and bind "
+            "are its own per-pod Predicate and Bind stages "
+            "(`volcano_scheduling_stage_duration_milliseconds`). Sessions "
+            "(`volcano_e2e_scheduling_latency_milliseconds`): "
+            f"{r['volcano_session_count']}, p50 / p99 {_cell(r['volcano_session_p50_ms'])} / "
+            f"{_cell(r['volcano_session_p99_ms'])} ms; opening one p50 / p99 "
+            f"{_cell(r['volcano_open_session_p50_ms'])} / "
+            f"{_cell(r['volcano_open_session_p99_ms'])} ms; its allocate action p50 / p99 "
+            f"{_cell(r['volcano_allocate_p50_ms'])} / {_cell(r['volcano_allocate_p99_ms'])} ms; "
+            f"create -> Bound as vc-scheduler times it p50 / p99 "
+            f"{_cell(r['volcano_bound_p50_ms'])} / {_cell(r['volcano_bound_p99_ms'])} ms; "
+            f"pods bound with no device decision "
+            f"{r['bound_without_decision']}."
+        )
+    if "hami" in by_mode:
+        r = by_mode["hami"]
+        lines.append(
+            "\nhami: HAMi's own kube-scheduler (profile hami-scheduler) called HAMi's extender; "
+            "its filter is that kube-scheduler's whole scheduling attempt "
+            "(`scheduler_scheduling_attempt_duration_seconds`: every plugin and the extender's "
+            "filter call); nothing times the extender's bind. Attempts "
+            f"{r['hami_attempts']}; pods bound with no device decision "
+            f"{r['bound_without_decision']}."
+        )
     lines.append("\nCPU seconds over each run:\n")
     for r in rows:
         spent = ", ".join(f"{name} {seconds:g}" for name, seconds in r["cpu_seconds"].items())
@@ -674,16 +872,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # way out instead of being left running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = " ".join(["benchmarks/bench_scale.py", *(sys.argv[1:] if argv is None else argv)])
+    modes = SEVERAL.get(args.mode, (args.mode,))
     try:
         controlplane.binaries()
         scale_cluster.kwok_files()
+        for mode in modes:
+            if mode in scale_cluster.PEER_MODES:
+                scale_cluster.peer_files(mode)
     except (controlplane.ControlPlaneError, scale_cluster.ScaleError) as exc:
         if args.json:
             print(json.dumps({"mode": args.mode, "skipped": str(exc)}))
         else:
             print(f"## KWOK at scale\n\nNot run: {exc}\n")
         return 0
-    modes = SEVERAL.get(args.mode, (args.mode,))
     rows = []
     with tempfile.TemporaryDirectory(prefix="vnpu-scale-") as tmp:
         for mode in modes:

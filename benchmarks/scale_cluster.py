@@ -17,8 +17,32 @@ plain extended resource that kube-scheduler counts alone. In ``dra`` mode kube-s
 the same bare configuration as ``plain``, allocates the devices of vnpu's DRA driver: the
 DeviceClasses are created before it starts, the nodes carry no chip resource (a node that
 lists the extended resource is left to a device plugin), and ``scale_dra`` publishes each
-node's ResourceSlices. Every mode gets the same kube-scheduler settings (client QPS and burst
-raised) and the same KWOK stages.
+node's ResourceSlices.
+
+In the peers' modes (``PEER_MODES``) a peer's scheduler places the NPU pods and vnpu-scheduler
+does not run: the nodes carry what vnpu's device plugin publishes and ``NodeAgents`` plays it,
+as in ``classic``; the peer runs as ``vnpu-sandbox up --scheduler <peer>`` runs it, with the
+charts ``make peer-charts`` renders and vnpu's device ConfigMap (what the peer's chart
+installs is created before kube-scheduler starts, ``_install_peer``; its processes are
+started by ``start_peer`` once the KWOK nodes exist); kube-scheduler runs beside it with the
+bare configuration of ``plain``.
+
+* ``volcano`` (the operator guide's "Topology 2", ``vnpu_sandbox.platform.volcano``):
+  vc-controller-manager and vc-scheduler; ``start_peer`` returns once vc-scheduler has run a
+  session, and ``report_again`` then writes every node's annotations again, as the plugin's
+  next report would, which is when Volcano reads a node's chips.
+* ``hami`` ("Topology 3", ``vnpu_sandbox.platform.hami``): HAMi's extender (which serves its
+  webhook too) and the chart's own kube-scheduler calling it (profile ``hami-scheduler``);
+  ``start_peer`` returns once HAMi has registered every node (it marks the handshake
+  ``Requesting_``), and ``NodeAgents`` answers with its reports as the plugin does.
+
+Every mode gets the same kube-scheduler settings (client QPS and burst raised) and the same
+KWOK stages. The peers' clients are raised to the same unless ``chart_limits``:
+vc-controller-manager (its chart: 50 QPS, burst 100), HAMi's extender (client-go's 5 QPS,
+burst 10, through its ``--kube-qps``/``--kube-burst``, as its values file tells a busy cluster
+to) and HAMi's kube-scheduler (its chart's configuration sets none: 50, 100); vc-scheduler
+keeps its chart's 2000 QPS, burst 2000. HAMi's kube-scheduler also lets ``/metrics`` be read
+without a token (``--authorization-always-allow-paths``), as the benchmark reads it.
 """
 
 from __future__ import annotations
@@ -48,10 +72,13 @@ from vnpu_sandbox.platform import (
     clusterfile,
     components,
     controlplane,
+    hami,
     layout,
     manifests,
+    peers,
     probes,
     startup,
+    volcano,
 )
 
 Json = dict[str, Any]
@@ -75,7 +102,23 @@ HANDSHAKE_SECONDS = 30.0
 NODE_LEASE_SECONDS = 40
 """A kubelet's default Lease duration; the holder renews it every quarter of that."""
 MERGE = "application/merge-patch+json"
-MODES = ("plain", "classic", "dra")
+MODES = ("plain", "classic", "dra", "volcano", "hami")
+PLUGIN_MODES = ("classic", "volcano", "hami")
+"""The modes whose nodes carry what vnpu's device plugin publishes and whose pods its Allocate
+(``NodeAgents``) serves."""
+PEER_MODES = ("volcano", "hami")
+"""The modes where a peer's scheduler places the NPU pods instead of vnpu-scheduler."""
+PEER_CHARTS = Path(__file__).resolve().parents[1] / ".venv" / "peer-charts"
+"""What ``make peer-charts`` renders: each peer's chart with ``deploy/peers/<peer>-values.yaml``
+(``<peer>.yaml``) and vnpu's with ``values-<peer>.yaml`` (``vnpu-<peer>.yaml``, which holds the
+device ConfigMap the peer reads the chip models from)."""
+PEERS = {"volcano": volcano.BINARIES, "hami": hami.BINARIES}
+"""Each peer's mode and the binaries ``make peers-bin`` builds for it."""
+Peer = volcano.Volcano | hami.Hami
+PEER_START_SECONDS = 180.0
+"""How long a peer may take from its start to its first session (Volcano) or to having
+registered every node (HAMi)."""
+SERVER = "910b-8"
 
 
 class ScaleError(Exception):
@@ -102,6 +145,20 @@ def kwok_files() -> tuple[Path, Path]:
             "cache): build it with `make kwok-bin` (scripts/kwok-bin.sh)"
         )
     return binary, kustomize
+
+
+def peer_files(mode: str) -> tuple[peers.Build, list[Json], Json]:
+    """The build, the rendered chart and vnpu's device ConfigMap a peer's mode runs with;
+    ScaleError naming what to build or render when one is missing."""
+    if mode not in PEERS:
+        raise ValueError(f"no peer runs in mode {mode!r}")
+    try:
+        built = peers.build(mode, PEERS[mode])
+        chart = peers.read_chart(PEER_CHARTS / f"{mode}.yaml")
+        device = controlplane.device_config(PEER_CHARTS / f"vnpu-{mode}.yaml")
+    except (peers.PeerError, controlplane.ControlPlaneError) as exc:
+        raise ScaleError(f"{mode}: {exc} (`make peers-bin peer-charts`)") from exc
+    return built, chart, device
 
 
 def kustomize_resources(directory: Path) -> list[Path]:
@@ -166,15 +223,15 @@ def handshake(model: catalog.ChipModel) -> dict[str, str]:
 
 def kwok_node(index: int, mode: str, model: catalog.ChipModel) -> Json:
     """A Node for KWOK to run: the chips in capacity (not in ``dra``: its ResourceSlices say
-    them), vnpu's annotations in ``classic``."""
+    them), vnpu's annotations in ``PLUGIN_MODES``."""
     name = f"kwok-{index:05d}"
     resources = {"cpu": "192", "memory": "1536Gi", "pods": "110"}
-    # plain: whole chips counted by kube-scheduler; classic: the plugin's device ids per chip
+    # plain: whole chips counted by kube-scheduler; PLUGIN_MODES: the plugin's device ids
     if mode != "dra":
         chips = CHIPS if mode == "plain" else CHIPS * model.split_count
         resources[model.resource_name] = str(chips)
     annotations = {KWOK_SELECTOR[0]: KWOK_SELECTOR[1]}
-    if mode == "classic":
+    if mode in PLUGIN_MODES:
         annotations |= plugin_annotations(name, model)
     return {
         "apiVersion": "v1",
@@ -203,8 +260,7 @@ def real_node_specs(count: int, where: Path) -> tuple[clusterfile.NodeSpec, ...]
     path = where / "real-nodes.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = [
-        {"name": f"real-{i}", "chip": MODEL, "chips": CHIPS, "server": "910b-8"}
-        for i in range(count)
+        {"name": f"real-{i}", "chip": MODEL, "chips": CHIPS, "server": SERVER} for i in range(count)
     ]
     path.write_text(yaml.safe_dump({"nodes": entries}), encoding="utf-8")
     return clusterfile.read(path)
@@ -215,14 +271,54 @@ def _done(answer: Any) -> None:
     answer.release_conn()
 
 
+def publish(core: kubernetes.client.CoreV1Api, name: str, model: catalog.ChipModel) -> None:
+    """One report of vnpu's device plugin on node ``name``: a merge patch of every annotation
+    it publishes, the handshake with the time now."""
+    notes = {"metadata": {"annotations": plugin_annotations(name, model)}}
+    _done(core.patch_node(name, notes, _content_type=MERGE, _preload_content=False))
+
+
+def handshakes(core: kubernetes.client.CoreV1Api, model: catalog.ChipModel) -> dict[str, str]:
+    """Each KWOK node's handshake annotation as kube-apiserver holds it now."""
+    key = protocol.node_handshake_key(model.common_word)
+    answer = core.list_node(label_selector="type=kwok", _preload_content=False)
+    return {
+        item["metadata"]["name"]: (item["metadata"].get("annotations") or {}).get(key, "")
+        for item in json.loads(answer.data)["items"]
+    }
+
+
+def report_again(api: kubernetes.client.ApiClient, names: Sequence[str]) -> None:
+    """Every node's next report, now: its annotations written again with a new handshake, so
+    each Node changes, as when vnpu's device plugin reports at its ``--report-interval``.
+
+    The handshake's time has whole seconds: a node whose value a write left as it was (written
+    within the same second as before) is written again a second later, so that every Node
+    really changes. ScaleError when some never did."""
+    core = kubernetes.client.CoreV1Api(api)
+    model = chip_model()
+    before = handshakes(core, model)
+    left = list(names)
+    with ThreadPoolExecutor(16, thread_name_prefix="report") as pool:
+        for _attempt in range(3):
+            list(pool.map(lambda name: publish(core, name, model), left))
+            now = handshakes(core, model)
+            left = [name for name in left if now.get(name) == before.get(name)]
+            if not left:
+                return
+            time.sleep(1.0)
+    raise ScaleError(f"{len(left)} nodes kept their handshake (first {left[0]})")
+
+
 class NodeAgents:
-    """vnpu's device plugin on every KWOK node, played through the API (``classic`` only).
+    """vnpu's device plugin on every KWOK node, played through the API (``PLUGIN_MODES``).
 
     The handshake of each node is renewed every ``HANDSHAKE_SECONDS``, spread evenly over
     that time (one merge patch of every annotation, as the plugin's publisher writes them).
     ``pod_changed`` hears every pod event of the benchmark's watch; a pod bound to a KWOK
     node in ``bind-phase: allocating`` gets what the plugin's Allocate writes, then its node
-    lock is released (``standin.release_lock``).
+    lock is released (``standin.release_lock``; under Volcano, which takes no lock here, that
+    read of the Node finds none, as the plugin's own read after each Allocate does).
     """
 
     def __init__(self, api: kubernetes.client.ApiClient, names: Sequence[str]) -> None:
@@ -260,8 +356,7 @@ class NodeAgents:
             self.stopping.wait(max(0.0, began + HANDSHAKE_SECONDS - time.monotonic()))
 
     def _publish(self, name: str) -> None:
-        notes = {"metadata": {"annotations": plugin_annotations(name, self.model)}}
-        _done(self.core.patch_node(name, notes, _content_type=MERGE, _preload_content=False))
+        publish(self.core, name, self.model)
 
     def _guarded(self, work: Any, *args: Any) -> None:
         try:
@@ -311,6 +406,8 @@ class Cluster:
     root: Path
     mode: str
     real_nodes: int = 0
+    chart_limits: bool = False
+    """Run the peer's processes with the client QPS and burst of its chart."""
     where: layout.Layout = dataclasses.field(init=False)
     plane: controlplane.Plane = dataclasses.field(init=False)
     run: startup.Startup = dataclasses.field(init=False)
@@ -318,17 +415,28 @@ class Cluster:
     vnpu_port: int = 0
     kwok_port: int = 0
     plugin_ports: dict[str, int] = dataclasses.field(default_factory=dict)
+    peer: Peer | None = None
+    device_config: Json = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         self.where = layout.Layout.at(self.root)
         self.specs = real_node_specs(self.real_nodes, self.root)
+        found = peer_files(self.mode) if self.mode in PEER_MODES else None
         pick = components.PortPicker()
         try:
             ports = controlplane.Ports.choose(pick)
             self.vnpu_port, self.kwok_port = pick(), pick()
             self.plugin_ports = {spec.name: pick() for spec in self.specs}
+            if found is not None:
+                built, chart, self.device_config = found
+                if self.mode == "volcano":
+                    self.peer = volcano.Volcano.at(
+                        self.where, built, chart, volcano.Ports.choose(pick)
+                    )
+                else:
+                    self.peer = hami.Hami.at(self.where, built, chart, hami.Ports.choose(pick))
         finally:
             pick.close()
         self.plane = controlplane.Plane.at(self.where, ports, controlplane.binaries())
@@ -337,7 +445,7 @@ class Cluster:
             kubeconfig=str(self.where.kubeconfig),
             cluster_file="",
             nodes=list(self.specs),
-            ports=self.plane.ports.as_dict(),
+            ports=self.plane.ports.as_dict() | (self.peer.ports.as_dict() if self.peer else {}),
         )
         self.run = startup.Startup(self.where, record)
 
@@ -376,6 +484,8 @@ class Cluster:
         if self.mode == "dra":  # before kube-scheduler starts, as the chart installs them
             for document in draclasses.device_classes(catalog.BUILTIN):
                 controlplane.create(plane.api_url, self.tls, document)
+        if self.peer is not None:
+            self._install_peer(left())
         self._kwok_objects(kustomize)
         config = self.scheduler_config()
         where.kube_scheduler_config.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -396,9 +506,97 @@ class Cluster:
 
         run.wait_ready(left(), extra=extra)
 
+    def _install_peer(self, timeout: float) -> None:
+        """What ``vnpu-sandbox up --scheduler <peer>`` creates before kube-scheduler starts:
+        vnpu's device ConfigMap, then the peer's namespace, CRDs, service accounts, roles and
+        ConfigMaps (HAMi's: and its webhook configuration); then waits until kube-apiserver
+        serves the CRDs."""
+        plane, peer = self.plane, self.peer
+        if isinstance(peer, volcano.Volcano):
+            documents = [self.device_config, *volcano.install_documents(peer)]
+        else:
+            assert peer is not None
+            name = self.device_config["metadata"]["name"]
+            bundle = controlplane.ca_bundle(plane)
+            documents = [self.device_config, *hami.install_documents(peer, bundle, name)]
+        for document in documents:
+            controlplane.create(plane.api_url, self.tls, document)
+        crds = [d["metadata"]["name"] for d in documents if d["kind"] == "CustomResourceDefinition"]
+        self.run.wait_ready(
+            timeout,
+            names=[],
+            extra=lambda: controlplane.unestablished(plane.api_url, self.tls, crds),
+        )
+
+    def start_peer(self, nodes: Sequence[str], timeout: float = PEER_START_SECONDS) -> None:
+        """The peer's processes, started once the ``nodes`` exist (as the sandbox starts them
+        once every node has published its chips), each with a fresh token of its chart's
+        service account. Volcano: returns once both answer, its ``default`` queue exists and
+        vc-scheduler has run a session. HAMi: once both answer and the extender has registered
+        every node. Raises ScaleError."""
+        try:
+            if isinstance(self.peer, volcano.Volcano):
+                self._start_volcano(self.peer, timeout)
+            else:
+                assert self.peer is not None
+                self._start_hami(self.peer, nodes, timeout)
+        except peers.PeerError as exc:
+            raise ScaleError(f"{self.mode}: {exc}") from exc
+        except startup.StartError as exc:
+            raise ScaleError(str(exc)) from exc
+
+    def _start_volcano(self, peer: volcano.Volcano, timeout: float) -> None:
+        plane, run = self.plane, self.run
+        volcano.prepare(peer, plane.pki.ca.cert, plane.api_url, self.tls)
+        names = []
+        limits = (f"--kube-api-qps={CLIENT_QPS}", f"--kube-api-burst={CLIENT_BURST}")
+        for found in volcano.components_(peer, plane.ports.api):
+            raised = found.name == volcano.CONTROLLERS and not self.chart_limits
+            run.start(dataclasses.replace(found, argv=found.argv + limits) if raised else found)
+            names.append(found.name)
+
+        def waiting() -> dict[str, str]:
+            found = volcano.problems(plane.api_url, self.tls)
+            if not found and not volcano.sessions(peer):
+                found = {volcano.SCHEDULER: "no scheduling session yet"}
+            return found
+
+        run.wait_ready(timeout, names=names, extra=waiting)
+
+    def _start_hami(self, peer: hami.Hami, nodes: Sequence[str], timeout: float) -> None:
+        plane, run = self.plane, self.run
+        hami.prepare(peer, plane.pki.ca.cert, plane.api_url, self.tls, self.device_config)
+        if not self.chart_limits:  # HAMi's kube-scheduler reads its limits from its file
+            config = yaml.safe_load(peer.scheduler_config.read_text(encoding="utf-8"))
+            limits = {"qps": CLIENT_QPS, "burst": CLIENT_BURST}
+            config["clientConnection"] = (config.get("clientConnection") or {}) | limits
+            peer.scheduler_config.write_text(yaml.safe_dump(config, sort_keys=False))
+        extender, kube = hami.components_(
+            peer, plane.ports.api, plane.pki.serving, plane.bins["kube-scheduler"]
+        )
+        if not self.chart_limits:
+            raised = (f"--kube-qps={CLIENT_QPS}", f"--kube-burst={CLIENT_BURST}")
+            extender = dataclasses.replace(extender, argv=extender.argv + raised)
+        scrape = ("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",)
+        kube = dataclasses.replace(kube, argv=kube.argv + scrape)
+        for component in (extender, kube):
+            run.start(component)
+        model = chip_model()
+        specs = [
+            clusterfile.NodeSpec(name, MODEL, model.common_word, CHIPS, SERVER, False)
+            for name in nodes
+        ]
+        seen: set[str] = set()
+        run.wait_ready(
+            timeout,
+            names=[extender.name, kube.name],
+            extra=lambda: hami.registered(plane.api_url, self.tls, specs, seen),
+        )
+
     def scheduler_config(self) -> Json:
         """The chart's KubeSchedulerConfiguration (``classic``) or a bare one (``plain``,
-        ``dra``: kube-scheduler's default plugins, DynamicResources among them)."""
+        ``dra``, the peers': kube-scheduler's default plugins, DynamicResources among
+        them)."""
         if self.mode == "classic":
             document = manifests.kube_scheduler_config(components.url(self.vnpu_port))
         else:
@@ -484,12 +682,23 @@ class Cluster:
         return kubernetes.client.ApiClient(config)
 
     def pids(self) -> dict[str, int]:
-        return {p.name: p.pid for p in self.run.record.processes}
+        """Each process by its name (Volcano's by their binaries', not their charts')."""
+        binaries = {volcano.SCHEDULER: "vc-scheduler", volcano.CONTROLLERS: "vc-controller-manager"}
+        return {binaries.get(p.name, p.name): p.pid for p in self.run.record.processes}
 
     def metrics(self, which: str) -> str:
-        """The Prometheus text of ``vnpu-scheduler`` or ``kube-scheduler``."""
+        """The Prometheus text of ``vnpu-scheduler``, ``vc-scheduler``, ``hami-kube-scheduler``
+        (HAMi's own kube-scheduler) or ``kube-scheduler``."""
         if which == "vnpu-scheduler":
             url, context = components.url(self.vnpu_port, "/metrics"), None
+        elif which == "vc-scheduler":
+            assert isinstance(self.peer, volcano.Volcano)
+            url = components.url(self.peer.ports.scheduler_metrics, "/metrics")
+            context = None
+        elif which == "hami-kube-scheduler":
+            assert isinstance(self.peer, hami.Hami)
+            url = controlplane.https(self.peer.ports.kube_scheduler, "/metrics")
+            context = self.tls
         else:
             url = controlplane.https(self.plane.ports.scheduler, "/metrics")
             context = self.tls
