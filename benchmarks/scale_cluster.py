@@ -116,8 +116,10 @@ PEERS = {"volcano": volcano.BINARIES, "hami": hami.BINARIES}
 """Each peer's mode and the binaries ``make peers-bin`` builds for it."""
 Peer = volcano.Volcano | hami.Hami
 PEER_START_SECONDS = 180.0
+PEER_START_SECONDS_PER_NODE = 0.6
 """How long a peer may take from its start to its first session (Volcano) or to having
-registered every node (HAMi)."""
+registered every node (HAMi): the larger of the two. HAMi reads and writes every node once
+per device kind it knows (14), at about 0.4 s per node here with its client limits raised."""
 SERVER = "910b-8"
 
 
@@ -528,12 +530,15 @@ class Cluster:
             extra=lambda: controlplane.unestablished(plane.api_url, self.tls, crds),
         )
 
-    def start_peer(self, nodes: Sequence[str], timeout: float = PEER_START_SECONDS) -> None:
+    def start_peer(self, nodes: Sequence[str], timeout: float | None = None) -> None:
         """The peer's processes, started once the ``nodes`` exist (as the sandbox starts them
         once every node has published its chips), each with a fresh token of its chart's
         service account. Volcano: returns once both answer, its ``default`` queue exists and
         vc-scheduler has run a session. HAMi: once both answer and the extender has registered
-        every node. Raises ScaleError."""
+        every node. ``timeout``: by default ``PEER_START_SECONDS``, or
+        ``PEER_START_SECONDS_PER_NODE`` per node when that is longer. Raises ScaleError."""
+        if timeout is None:
+            timeout = max(PEER_START_SECONDS, PEER_START_SECONDS_PER_NODE * len(nodes))
         try:
             if isinstance(self.peer, volcano.Volcano):
                 self._start_volcano(self.peer, timeout)
