@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
+from vnpu_core import granted
 from vnpu_npu.sim import backend as sim_backend
 from vnpu_sandbox.platform import controlplane, kubectl, kueue, layout, peers, processes
 
@@ -128,6 +129,19 @@ class Sandbox:
             self.wait_for(
                 lambda n=node: not self.ledger_records(n), f"the ledger of {node} emptied", 30
             )
+            self.wait_for(
+                lambda n=node: not self.granted(n), f"the grant book of {node} emptied", 60
+            )
+
+    def granted(self, node: str) -> int:
+        """How many pods the node's device plugin reports chips granted to (its grant book,
+        published as ``vnpu.io/granted-<CW>``)."""
+        spec = next(n for n in self.record.nodes if n.name == node)
+        key = granted.annotation_key(spec.common_word)
+        found = self.ctl.json(["get", "node", node])["metadata"].get("annotations") or {}
+        if not found.get(key):
+            return 0
+        return sum(len(pods) for pods in granted.decode(key, found[key]).values())
 
     def describe_pods(self, namespace: str = "default") -> str:
         """Each pod's phase, node, conditions and events: what a timeout message shows."""
